@@ -1,0 +1,32 @@
+"""specjax: speculative decoding research framework in JAX/Flax."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="specjax",
+    version="0.1.0",
+    description="Speculative decoding for large language models in JAX / Flax NNX",
+    packages=find_packages(include=["specjax", "specjax.*"]),
+    package_data={"specjax": ["benchmark/prompts/*.json"]},
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.6",
+        "flax>=0.11",
+        "optax",
+        "orbax-checkpoint",
+        "ml-collections",
+        "absl-py",
+        "gguf>=0.10",
+        "safetensors",
+        "tokenizers",
+        "jinja2",
+        "numpy",
+        "tqdm",
+        "matplotlib",
+    ],
+    extras_require={
+        # torch is pinned to the CPU build that ships on this project's machines; never a CUDA download.
+        "test": ["pytest", "torch==2.13.0", "transformers", "accelerate", "nbclient", "ipykernel", "nbformat"],
+        "tpu": ["jax[tpu]"],
+    },
+)

@@ -1,0 +1,51 @@
+"""Grouped-query attention over a KV cache, walked block by block up to the filled length.
+
+The loop over cache blocks has a data-dependent trip count, so a decode step costs O(filled length),
+not O(cache size). Online softmax (running max and sum) keeps it exact; fully masked blocks change nothing.
+"""
+
+import jax
+import jax.numpy as jnp
+
+_MASKED = -1e30
+
+
+def cached_attention(q_BxTxHxD: jax.Array, k_BxSxKxD: jax.Array, v_BxSxKxD: jax.Array, q_positions_BxT: jax.Array,
+                     block: int) -> jax.Array:
+  """Causal attention of T queries at absolute positions against cache entries 0..position.
+
+  Every cache entry at or below a query's position must already hold that row's key/value.
+  Returns [B, T, H, D] in the query dtype.
+  """
+  batch, t_len, n_heads, head_dim = q_BxTxHxD.shape
+  size, n_kv = k_BxSxKxD.shape[1], k_BxSxKxD.shape[2]
+  groups = n_heads // n_kv
+  q_BxTxKxGxD = (q_BxTxHxD.astype(jnp.float32) * head_dim**-0.5).reshape(batch, t_len, n_kv, groups, head_dim)
+  n_blocks = jnp.minimum(jnp.max(q_positions_BxT) // block + 1, size // block)
+
+  def body(i, carry):
+    max_BxKxGxT, sum_BxKxGxT, acc_BxKxGxTxD = carry
+    start = i * block
+    k_blk = jax.lax.dynamic_slice_in_dim(k_BxSxKxD, start, block, axis=1).astype(jnp.float32)
+    v_blk = jax.lax.dynamic_slice_in_dim(v_BxSxKxD, start, block, axis=1).astype(jnp.float32)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q_BxTxKxGxD, k_blk)
+    key_pos_S = start + jnp.arange(block)
+    visible_BxTxS = key_pos_S[None, None, :] <= q_positions_BxT[:, :, None]
+    visible = visible_BxTxS[:, None, None]
+    scores = jnp.where(visible, scores, _MASKED)
+    new_max = jnp.maximum(max_BxKxGxT, scores.max(-1))
+    weights = jnp.where(visible, jnp.exp(scores - new_max[..., None]), 0.0)
+    correction = jnp.exp(max_BxKxGxT - new_max)
+    new_sum = sum_BxKxGxT * correction + weights.sum(-1)
+    new_acc = acc_BxKxGxTxD * correction[..., None] + jnp.einsum("bkgts,bskd->bkgtd", weights, v_blk)
+    return new_max, new_sum, new_acc
+
+  init = (
+      jnp.full((batch, n_kv, groups, t_len), _MASKED, jnp.float32),
+      jnp.zeros((batch, n_kv, groups, t_len), jnp.float32),
+      jnp.zeros((batch, n_kv, groups, t_len, head_dim), jnp.float32),
+  )
+  _, total, acc = jax.lax.fori_loop(0, n_blocks, body, init)
+  out_BxKxGxTxD = acc / total[..., None]
+  out = out_BxKxGxTxD.transpose(0, 3, 1, 2, 4).reshape(batch, t_len, n_heads, head_dim)
+  return out.astype(q_BxTxHxD.dtype)

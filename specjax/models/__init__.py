@@ -1,0 +1,3 @@
+"""Decoder models."""
+
+from specjax.models.llama import Llama
