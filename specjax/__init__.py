@@ -1,4 +1,8 @@
 """specjax: speculative decoding of large language models in JAX / Flax NNX."""
 
 from specjax.config import ModelConfig
+from specjax.generate import GenerationResult, generate
 from specjax.model import Model, init_model
+from specjax.sampling import SamplingParams
+from specjax.stats import GenerationStats
+from specjax import drafters

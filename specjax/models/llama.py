@@ -19,7 +19,8 @@ class RMSNorm(nnx.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (normed * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+    scale = self.scale[...].astype(jnp.float32).reshape((1,) * (x.ndim - 1) + (-1,))
+    return (normed * scale).astype(x.dtype)
 
 
 def _linear(d_in: int, d_out: int, bias: bool, dtype, rngs: nnx.Rngs) -> nnx.Linear:

@@ -27,7 +27,7 @@ def inverse_frequencies(config: ModelConfig) -> np.ndarray:
 
 def rope_tables(config: ModelConfig, positions_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
   """cos and sin, each [B, T, 1, head_dim // 2] in float32."""
-  angles = positions_BxT.astype(jnp.float32)[..., None] * jnp.asarray(inverse_frequencies(config))
+  angles = positions_BxT.astype(jnp.float32)[..., None] * jnp.asarray(inverse_frequencies(config))[None, None, :]
   return jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
 
 

@@ -1,0 +1,5 @@
+"""Drafters: one protocol (`Drafter`), one module per method."""
+
+from specjax.drafters.base import Drafter
+from specjax.drafters.draft_model import DraftModel
+from specjax.drafters.prompt_lookup import PromptLookup

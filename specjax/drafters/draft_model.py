@@ -1,0 +1,67 @@
+"""A smaller decoder proposes K tokens autoregressively from its own KV cache."""
+
+import jax
+import jax.numpy as jnp
+
+from specjax.cache import init_cache
+from specjax.drafters.base import Drafter
+from specjax.model import Model
+from specjax.sampling import distribution, sample
+
+
+class DraftModel(Drafter):
+  """Draft with any Llama-family model that shares the target's vocabulary (depth, width, heads may differ).
+
+  Each round re-feeds the last two tokens of the sequence, which makes the cache right whatever the
+  target accepted last round: rollback is only a matter of positions.
+  """
+
+  def __init__(self, model: Model):
+    if not isinstance(model, Model):
+      raise TypeError(f"DraftModel expects a specjax Model, got {type(model).__name__}")
+    self.model = model
+    self.vocab_size = model.config.vocab_size
+    self.max_seq_len = model.config.max_seq_len
+
+  def __hash__(self):
+    return hash((DraftModel, self.model.graphdef, self.model.config))
+
+  def __eq__(self, other):
+    return (isinstance(other, DraftModel) and other.model.config == self.model.config
+            and other.model.graphdef == self.model.graphdef)
+
+  def params(self):
+    return self.model.params
+
+  def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket):
+    module = self.model.with_params(params).module()
+    batch, size = tokens_BxS.shape
+    cache = init_cache(self.model.config, batch, size)
+    positions = jnp.broadcast_to(jnp.arange(prompt_bucket, dtype=jnp.int32), (batch, prompt_bucket))
+    _, cache, _ = module.hidden_states(tokens_BxS[:, :prompt_bucket], positions, cache)
+    return cache
+
+  def propose(self, params, state, tokens_BxS, seq_len_B, k, sampling, keys_B):
+    module = self.model.with_params(params).module()
+    rows_B1 = jnp.arange(tokens_BxS.shape[0])[:, None]
+    positions_Bx2 = seq_len_B[:, None] - 2 + jnp.arange(2)[None, :]
+    logits, _, cache = module(tokens_BxS[rows_B1, positions_Bx2], positions_Bx2, state)
+    keys_KxB = jnp.moveaxis(jax.vmap(lambda key: jax.random.split(key, k))(keys_B), 1, 0)
+
+    def draw(logits_BxV, keys):
+      q_BxV = distribution(logits_BxV, sampling)
+      return jax.vmap(sample)(keys, q_BxV), q_BxV
+
+    def step(carry, inputs):
+      cache, logits_BxV = carry
+      keys, offset = inputs
+      token_B, q_BxV = draw(logits_BxV, keys)
+      logits, _, cache = module(token_B[:, None], (seq_len_B + offset)[:, None], cache)
+      return (cache, logits[:, 0]), (token_B, q_BxV)
+
+    (cache, last_logits), (tokens_KxB, q_KxBxV) = jax.lax.scan(
+        step, (cache, logits[:, -1]), (keys_KxB[:-1], jnp.arange(k - 1, dtype=jnp.int32)))
+    final_token_B, final_q_BxV = draw(last_logits, keys_KxB[-1])
+    draft_BxK = jnp.concatenate([tokens_KxB.T, final_token_B[:, None]], axis=1)
+    q_BxKxV = jnp.concatenate([jnp.moveaxis(q_KxBxV, 0, 1), final_q_BxV[:, None]], axis=1)
+    return draft_BxK, q_BxKxV, cache

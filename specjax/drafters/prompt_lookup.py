@@ -1,0 +1,51 @@
+"""Prompt lookup (n-gram) drafting: copy what followed the latest earlier occurrence of the row's suffix."""
+
+import jax
+import jax.numpy as jnp
+
+from specjax.drafters.base import Drafter
+
+
+class PromptLookup(Drafter):
+  """Deterministic proposals (one-hot q) from the row's prompt and output so far; no parameters.
+
+  Tries suffix lengths from max_ngram down to min_ngram and takes the most recent match. Without a
+  match it proposes the last token repeated, which costs nothing when rejected.
+  """
+
+  def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    if not (isinstance(min_ngram, int) and isinstance(max_ngram, int)) or not 1 <= min_ngram <= max_ngram:
+      raise ValueError(f"PromptLookup needs 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, "
+                       f"max_ngram={max_ngram}")
+    self.max_ngram = max_ngram
+    self.min_ngram = min_ngram
+
+  def __hash__(self):
+    return hash((PromptLookup, self.max_ngram, self.min_ngram))
+
+  def __eq__(self, other):
+    return isinstance(other, PromptLookup) and (other.max_ngram, other.min_ngram) == (self.max_ngram, self.min_ngram)
+
+  def __repr__(self):
+    return f"PromptLookup(max_ngram={self.max_ngram}, min_ngram={self.min_ngram})"
+
+  def propose(self, params, state, tokens_BxS, seq_len_B, k, sampling, keys_B):
+    draft_BxK = jax.vmap(lambda row, length: self._row(row, length, k))(tokens_BxS, seq_len_B)
+    return draft_BxK, None, state
+
+  def _row(self, seq_S: jax.Array, length: jax.Array, k: int) -> jax.Array:
+    size = seq_S.shape[0]
+    starts_S = jnp.arange(size)
+    continuation = jnp.int32(-1)
+    for n in range(self.max_ngram, self.min_ngram - 1, -1):
+      suffix_N = jax.lax.dynamic_slice_in_dim(seq_S, jnp.maximum(length - n, 0), n)
+      match_S = jnp.ones((size,), bool)
+      for i in range(n):
+        match_S &= jnp.roll(seq_S, -i) == suffix_N[i]
+      # The n-gram at j must end before the suffix starts, and its continuation j + n must exist.
+      valid_S = match_S & (starts_S + n < length) & (length >= n)
+      latest = jnp.max(jnp.where(valid_S, starts_S, -1))
+      continuation = jnp.where((continuation < 0) & (latest >= 0), latest + n, continuation)
+    offsets = jnp.minimum(continuation + jnp.arange(k), length - 1)
+    fallback = jnp.full((k,), length - 1)
+    return seq_S[jnp.where(continuation >= 0, offsets, fallback)]

@@ -1,0 +1,130 @@
+"""`generate`: validate inputs on the host, bucket shapes, run the compiled program, decode results."""
+
+import dataclasses
+import time
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.cache import CACHE_BLOCK, round_up
+from specjax.drafters.base import Drafter
+from specjax.engine import generate_program
+from specjax.model import Model
+from specjax.sampling import SamplingParams
+from specjax.stats import GenerationStats, summarize
+
+MIN_PROMPT_BUCKET = 16
+
+
+@dataclasses.dataclass
+class GenerationResult:
+  tokens: list[list[int]]          # new token ids per row (EOS included when it stopped the row)
+  texts: list[str] | None          # decoded new tokens, when the target has a tokenizer
+  stats: GenerationStats
+  prompt_tokens: list[list[int]]
+
+
+def prompt_bucket(length: int) -> int:
+  """Prompt lengths are padded to powers of two (at least 16) to bound recompiles."""
+  return max(MIN_PROMPT_BUCKET, 1 << (length - 1).bit_length())
+
+
+def encode_prompts(target: Model, prompts, chat: bool) -> list[list[int]]:
+  if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
+    raise ValueError("prompts must be a non-empty list of strings or of token-id lists")
+  vocab = target.config.vocab_size
+  encoded = []
+  for i, prompt in enumerate(prompts):
+    if isinstance(prompt, str):
+      if target.tokenizer is None:
+        raise ValueError("string prompts need a model with a tokenizer; pass token-id lists instead")
+      ids = target.tokenizer.apply_chat_template(prompt) if chat else target.tokenizer.encode(prompt)
+    else:
+      if chat:
+        raise ValueError("chat=True needs string prompts")
+      try:
+        ids = [int(t) for t in np.asarray(prompt).reshape(-1).tolist()] if len(prompt) else []
+      except (TypeError, ValueError) as error:
+        raise ValueError(f"prompt {i} is neither a string nor a list of token ids: {error}") from None
+      if any(not isinstance(t, (int, np.integer)) for t in np.asarray(prompt).reshape(-1).tolist()):
+        raise ValueError(f"prompt {i} holds non-integer token ids")
+    if not ids:
+      raise ValueError(f"prompt {i} is empty")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+      raise ValueError(f"prompt {i} has token ids outside the vocabulary [0, {vocab}): {bad[:5]}")
+    encoded.append(ids)
+  return encoded
+
+
+def check_k(k, drafter) -> int:
+  if drafter is None:
+    return 0
+  if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+    raise ValueError(f"k must be an int >= 1, got {k!r}")
+  if k < 1:
+    raise ValueError(f"k must be >= 1 for speculative decoding, got {k}")
+  if k > drafter.max_k:
+    raise ValueError(f"k={k} exceeds what {type(drafter).__name__} allows (max_k={drafter.max_k})")
+  return int(k)
+
+
+def check_drafter(target: Model, drafter) -> None:
+  if drafter is None:
+    return
+  if not isinstance(drafter, Drafter):
+    raise TypeError(f"drafter must be a specjax.drafters.Drafter, got {type(drafter).__name__}")
+  if drafter.vocab_size is not None and drafter.vocab_size != target.config.vocab_size:
+    raise ValueError(f"drafter vocabulary size {drafter.vocab_size} differs from the target's "
+                     f"{target.config.vocab_size}; draft and target must share one vocabulary")
+
+
+def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+             seed: int = 0, drafter: Drafter | None = None, k: int = 4, stop_at_eos: bool = True, mesh=None,
+             chat: bool = False) -> GenerationResult:
+  """Generates up to max_new_tokens per prompt: autoregressive without a drafter, speculative with one."""
+  if not isinstance(target, Model):
+    raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
+  if not isinstance(sampling, SamplingParams):
+    raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+  if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+  check_drafter(target, drafter)
+  k = check_k(k, drafter)
+  prompt_ids = encode_prompts(target, prompts, chat)
+  longest = max(len(p) for p in prompt_ids)
+  needed = longest + max_new_tokens + k
+  limits = [("target", target.config.max_seq_len)]
+  if drafter is not None and drafter.max_seq_len:
+    limits.append(("drafter", drafter.max_seq_len))
+  for who, limit in limits:
+    if needed > limit:
+      raise ValueError(f"prompt length {longest} + max_new_tokens {max_new_tokens} + k {k} = {needed} exceeds the "
+                       f"{who}'s max_seq_len {limit}")
+  bucket = prompt_bucket(longest)
+  size = round_up(max(bucket, needed), CACHE_BLOCK)
+  batch = len(prompt_ids)
+  tokens_BxS = np.zeros((batch, size), np.int32)
+  for row, ids in enumerate(prompt_ids):
+    tokens_BxS[row, :len(ids)] = ids
+  prompt_len_B = np.array([len(p) for p in prompt_ids], np.int32)
+  max_new_B = np.full((batch,), max_new_tokens, np.int32)
+  eos_ids = tuple(target.config.eos_token_ids) if stop_at_eos else ()
+
+  target_params, drafter_params = target.params, (drafter.params() if drafter else ())
+  inputs = (jnp.asarray(tokens_BxS), jnp.asarray(prompt_len_B), jnp.asarray(max_new_B))
+  if mesh is not None:
+    from specjax.sharding import place_for_generation
+    target_params, drafter_params, inputs = place_for_generation(mesh, target, drafter, inputs)
+  start = time.perf_counter()
+  state = generate_program(target_params, drafter_params, *inputs, jax.random.key(seed), graphdef=target.graphdef,
+                           drafter=drafter, sampling=sampling, k=k, eos_ids=eos_ids, prompt_bucket=bucket)
+  tokens_BxS, n_new_B, rounds, accepted = jax.device_get(
+      (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB))
+  elapsed = time.perf_counter() - start
+  new_tokens = [tokens_BxS[b, prompt_len_B[b]:prompt_len_B[b] + n_new_B[b]].tolist() for b in range(batch)]
+  texts = [target.tokenizer.decode(t) for t in new_tokens] if target.tokenizer is not None else None
+  stats = summarize(accepted, n_new_B, int(rounds), k, elapsed)
+  return GenerationResult(tokens=new_tokens, texts=texts, stats=stats, prompt_tokens=prompt_ids)

@@ -1,0 +1,72 @@
+"""The one place that turns logits into the distribution that is sampled from.
+
+Target p and draft q both come from `distribution`, so the rejection sampler compares exactly the
+distributions that are sampled. Order: temperature, then top-k, then top-p on the tempered distribution.
+Temperature 0 is greedy: a one-hot distribution on the argmax (ties go to the lowest token id).
+"""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """temperature 0 means greedy; top_k 0 and top_p 1 mean off. Frozen and hashable: jit-static."""
+
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  def __post_init__(self):
+    if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)):
+      raise TypeError(f"temperature must be a number, got {self.temperature!r}")
+    if not math.isfinite(self.temperature) or self.temperature < 0:
+      raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+    if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
+    if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+    object.__setattr__(self, "temperature", float(self.temperature))
+    object.__setattr__(self, "top_p", float(self.top_p))
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0.0
+
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def distribution(logits_xV: jax.Array, sampling: SamplingParams) -> jax.Array:
+  """Float32 probabilities over the last axis after temperature, top-k and top-p."""
+  logits = logits_xV.astype(jnp.float32)
+  vocab = logits.shape[-1]
+  if sampling.greedy:
+    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), vocab, dtype=jnp.float32)
+  logits = logits / sampling.temperature
+  if 0 < sampling.top_k < vocab:
+    kth_largest = jax.lax.top_k(logits, sampling.top_k)[0][..., -1:]
+    logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
+  probs = jax.nn.softmax(logits, axis=-1)
+  if sampling.top_p < 1.0:
+    probs = _nucleus(probs, sampling.top_p)
+  return probs
+
+
+def _nucleus(probs_xV: jax.Array, top_p: float) -> jax.Array:
+  """Keeps the smallest set of most likely tokens whose mass reaches top_p (ties at the edge all kept)."""
+  sorted_desc = -jnp.sort(-probs_xV, axis=-1)
+  mass_before = jnp.cumsum(sorted_desc, axis=-1) - sorted_desc
+  n_keep = jnp.maximum(jnp.sum(mass_before < top_p, axis=-1, keepdims=True), 1)
+  threshold = jnp.take_along_axis(sorted_desc, n_keep - 1, axis=-1)
+  kept = jnp.where(probs_xV >= threshold, probs_xV, 0.0)
+  return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def sample(key: jax.Array, probs_xV: jax.Array) -> jax.Array:
+  """One token id per leading index, drawn from `probs_xV` (zero-probability tokens never drawn)."""
+  log_probs = jnp.where(probs_xV > 0, jnp.log(jnp.maximum(probs_xV, 1e-38)), -jnp.inf)
+  return jax.random.categorical(key, log_probs, axis=-1).astype(jnp.int32)
