@@ -1,5 +1,6 @@
 """specjax: speculative decoding of large language models in JAX / Flax NNX."""
 
+from specjax.checkpoints import load_model, save_model
 from specjax.config import ModelConfig
 from specjax.generate import GenerationResult, generate
 from specjax.model import Model, init_model

@@ -19,6 +19,8 @@ def cached_attention(q_BxTxHxD: jax.Array, k_BxSxKxD: jax.Array, v_BxSxKxD: jax.
   """
   batch, t_len, n_heads, head_dim = q_BxTxHxD.shape
   size, n_kv = k_BxSxKxD.shape[1], k_BxSxKxD.shape[2]
+  if size % block:
+    raise ValueError(f"attention block {block} does not divide the cache size {size}")
   groups = n_heads // n_kv
   q_BxTxKxGxD = (q_BxTxHxD.astype(jnp.float32) * head_dim**-0.5).reshape(batch, t_len, n_kv, groups, head_dim)
   n_blocks = jnp.minimum(jnp.max(q_positions_BxT) // block + 1, size // block)

@@ -41,9 +41,27 @@ def round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
+def cache_size(positions: int) -> int:
+  """Positions a cache allocates: a power of two up to CACHE_BLOCK, then multiples of it.
+
+  Every attention block size (a power of two <= CACHE_BLOCK and <= the size) divides it."""
+  if positions <= CACHE_BLOCK:
+    return max(16, 1 << (positions - 1).bit_length())
+  return round_up(positions, CACHE_BLOCK)
+
+
+def attention_block(size: int, query_len: int) -> int:
+  """Cache positions attention reads per step: short query blocks read CACHE_BLOCK positions at a
+  time; long ones (prefill) no more than their own length, so a short prompt reads no padding."""
+  block = min(CACHE_BLOCK, size)
+  if query_len >= 16:
+    block = min(block, 1 << (query_len.bit_length() - 1))
+  return block
+
+
 def init_cache(config: ModelConfig, batch: int, size: int, dtype=None) -> KVCache:
-  """An empty cache of `size` positions (rounded up to the attention block)."""
-  size = round_up(size, CACHE_BLOCK)
+  """An empty cache with room for at least `size` positions (see `cache_size`)."""
+  size = cache_size(size)
   shape = (config.n_layers, batch, size, config.n_kv_heads, config.head_dim_)
   dtype = dtype or jnp.dtype(config.dtype)
   return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype), lengths=jnp.zeros((batch,), jnp.int32))

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.cache import CACHE_BLOCK, round_up
+from specjax.cache import cache_size
 from specjax.drafters.base import Drafter
 from specjax.engine import generate_program
 from specjax.model import Model
@@ -104,7 +104,7 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
       raise ValueError(f"prompt length {longest} + max_new_tokens {max_new_tokens} + k {k} = {needed} exceeds the "
                        f"{who}'s max_seq_len {limit}")
   bucket = prompt_bucket(longest)
-  size = round_up(max(bucket, needed), CACHE_BLOCK)
+  size = cache_size(max(bucket, needed))
   batch = len(prompt_ids)
   tokens_BxS = np.zeros((batch, size), np.int32)
   for row, ids in enumerate(prompt_ids):

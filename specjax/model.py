@@ -1,6 +1,7 @@
 """`Model`: a config, the decoder's parameters (split once from the NNX module) and an optional tokenizer."""
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 import jax
@@ -27,7 +28,7 @@ class Model:
 
   def flat_params(self) -> dict[str, jax.Array]:
     """Parameters keyed by dotted path, e.g. `layers.0.attn.q.kernel`."""
-    return {_dotted(path): var[...] for path, var in self.params.flat_state()}
+    return {_dotted(path): var[...] for path, var in nnx.to_flat_state(self.params)}
 
   def with_params(self, params: nnx.State) -> "Model":
     return dataclasses.replace(self, params=params)
@@ -53,6 +54,7 @@ def init_model(config: ModelConfig, seed: int = 0) -> Model:
   return Model(config=config, graphdef=graphdef, params=params)
 
 
+@functools.lru_cache(maxsize=16)
 def abstract_params(config: ModelConfig) -> tuple[Any, nnx.State]:
   """graphdef and a parameter State of ShapeDtypeStructs, without allocating weights."""
   abstract = nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
@@ -63,7 +65,7 @@ def model_from_flat_params(config: ModelConfig, flat: Mapping[str, Any], tokeniz
   """Builds a Model from `{dotted path: array}`; every parameter must be present with the right shape."""
   graphdef, abstract = abstract_params(config)
   dtype = jnp.dtype(config.dtype)
-  expected = {_dotted(path): var for path, var in abstract.flat_state()}
+  expected = {_dotted(path): var for path, var in nnx.to_flat_state(abstract)}
   missing = sorted(set(expected) - set(flat))
   extra = sorted(set(flat) - set(expected))
   where = f" in {source}" if source else ""
@@ -72,11 +74,11 @@ def model_from_flat_params(config: ModelConfig, flat: Mapping[str, Any], tokeniz
   if extra:
     raise ValueError(f"checkpoint{where} has unexpected parameters {extra[:6]}{' ...' if len(extra) > 6 else ''}")
   leaves = []
-  for path, var in abstract.flat_state():
+  for path, var in nnx.to_flat_state(abstract):
     name = _dotted(path)
     array = flat[name]
     if tuple(array.shape) != tuple(var.shape):
       raise ValueError(f"parameter {name}{where} has shape {tuple(array.shape)}, expected {tuple(var.shape)}")
     leaves.append((path, var.replace(jnp.asarray(array, dtype=dtype))))
-  params = nnx.State.from_flat_path(leaves) if hasattr(nnx.State, "from_flat_path") else nnx.from_flat_state(leaves)
+  params = nnx.from_flat_state(leaves)
   return Model(config=config, graphdef=graphdef, params=params, tokenizer=tokenizer)

@@ -82,7 +82,7 @@ def _gguf_backend(metadata: Mapping[str, Any]) -> tokenizers.Tokenizer:
 
 def _bytes_to_unicode() -> dict[int, str]:
   """GPT-2's reversible byte -> printable character table."""
-  keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+  keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
   chars, extra = {}, 0
   for b in range(256):
     if b in keep:
@@ -141,7 +141,8 @@ class Tokenizer:
     """From a GGUF file's metadata (as read by `specjax.checkpoints.gguf.read_metadata`)."""
     backend = _gguf_backend(metadata)
     tokens = metadata["tokenizer.ggml.tokens"]
-    ids = {key: metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("bos", "eos", "eot", "eom", "unknown", "padding")}
+    keys = ("bos", "eos", "eot", "eom", "unknown", "padding")
+    ids = {key: metadata.get(f"tokenizer.ggml.{key}_token_id") for key in keys}
     eos = [ids[k] for k in ("eos", "eot", "eom") if ids[k] is not None]
     special = {name: tokens[ids[key]] for name, key in (("unk_token", "unknown"), ("pad_token", "padding"))
                if ids[key] is not None and ids[key] < len(tokens)}
@@ -231,7 +232,7 @@ class Tokenizer:
       messages = [dict(m) for m in messages_or_text]
     if self._template is None:
       self._template = _template_env().from_string(self.chat_template)
-    values = {**self.special_tokens, **template_kwargs}
+    values = {"tools": None, "documents": None, **self.special_tokens, **template_kwargs}
     return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **values)
 
   def apply_chat_template(self, messages_or_text, add_generation_prompt: bool = True, **template_kwargs) -> list[int]:

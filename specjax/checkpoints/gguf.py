@@ -44,9 +44,10 @@ def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
   if not os.path.isfile(path):
     raise FileNotFoundError(f"GGUF file not found: {path}")
   try:
-    reader = _Reader(path)
+    reader = _Reader(path) if hasattr(gguf.GGUFReader, "_get") else gguf.GGUFReader(path)
   except Exception as err:  # the reader fails with assorted errors on bad bytes
-    raise ValueError(f"{path} is not a readable GGUF file (truncated or corrupt?): {type(err).__name__}: {err}") from err
+    raise ValueError(
+        f"{path} is not a readable GGUF file (truncated or corrupt?): {type(err).__name__}: {err}") from err
   size = os.path.getsize(path)
   for tensor in reader.tensors:
     if tensor.data_offset + tensor.n_bytes > size:
@@ -117,7 +118,7 @@ def gguf_config(metadata: dict[str, Any], shapes: dict[str, tuple], path: str = 
     raise ValueError(f"{where}: no token_embd.weight tensor")
   eos = [metadata.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
   vocab_size = int(shapes["token_embd.weight"][0])
-  config = ModelConfig(
+  return ModelConfig(
       vocab_size=vocab_size,
       d_model=d_model,
       n_layers=int(get("block_count", required=True)),
@@ -133,7 +134,6 @@ def gguf_config(metadata: dict[str, Any], shapes: dict[str, tuple], path: str = 
       eos_token_ids=tuple(dict.fromkeys(int(t) for t in eos if t is not None and 0 <= t < vocab_size)),
       bos_token_id=int(metadata.get("tokenizer.ggml.bos_token_id", -1)),
   )
-  return config
 
 
 def _dequantize(tensor) -> np.ndarray:

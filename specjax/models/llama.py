@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.attention import cached_attention
-from specjax.cache import CACHE_BLOCK, KVCache
+from specjax.cache import KVCache, attention_block
 from specjax.config import ModelConfig
 from specjax.models.rope import apply_rope, rope_tables
 
@@ -44,7 +44,8 @@ class Attention(nnx.Module):
     k = apply_rope(self.k(x_BxTxD).reshape(batch, t_len, self.n_kv_heads, self.head_dim), cos, sin)
     v = self.v(x_BxTxD).reshape(batch, t_len, self.n_kv_heads, self.head_dim)
     cache = cache.write(layer, k, v, positions_BxT)
-    out = cached_attention(q, cache.k[layer], cache.v[layer], positions_BxT, CACHE_BLOCK)
+    block = attention_block(cache.size, t_len)
+    out = cached_attention(q, cache.k[layer], cache.v[layer], positions_BxT, block)
     return self.o(out.reshape(batch, t_len, -1)), cache
 
 
