@@ -50,11 +50,14 @@ def row_keys(seed_key: jax.Array, batch: int) -> jax.Array:
 
 
 def prefill(target, drafter, drafter_params, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *, sampling,
-            prompt_bucket: int, eos_ids: tuple, max_rounds: int) -> DecodeState:
+            prompt_bucket: int, eos_ids: tuple, max_rounds: int, mesh=None) -> DecodeState:
   """Runs the prompt through target (and drafter) and samples each row's first new token."""
   batch, size = tokens_BxS.shape
   rows_B = jnp.arange(batch)
   cache = init_cache(target.config, batch, size)
+  if mesh is not None:
+    from specjax.sharding import cache_sharding
+    cache = jax.lax.with_sharding_constraint(cache, cache_sharding(mesh, target.config, batch))
   positions = jnp.broadcast_to(jnp.arange(prompt_bucket, dtype=jnp.int32), (batch, prompt_bucket))
   hidden, cache, _ = target.hidden_states(tokens_BxS[:, :prompt_bucket], positions, cache)
   logits_BxV = target.logits(hidden[rows_B, prompt_len_B - 1])
@@ -161,16 +164,17 @@ def speculative_round(target, drafter, drafter_params, state: DecodeState, max_n
                            max_new_B, sampling=sampling, eos_ids=eos_ids)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "drafter", "sampling", "k", "eos_ids", "prompt_bucket"),
+@functools.partial(jax.jit, static_argnames=("graphdef", "drafter", "sampling", "k", "eos_ids", "prompt_bucket", "mesh"),
                    donate_argnames=("tokens_BxS",))
 def generate_program(target_params, drafter_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, *, graphdef,
-                     drafter, sampling: SamplingParams, k: int, eos_ids: tuple, prompt_bucket: int) -> DecodeState:
+                     drafter, sampling: SamplingParams, k: int, eos_ids: tuple, prompt_bucket: int,
+                     mesh=None) -> DecodeState:
   """The whole generation as one program: prefill, then rounds until every row is done."""
   target = nnx.merge(graphdef, target_params)
   max_rounds = tokens_BxS.shape[1]
   state = prefill(target, drafter, drafter_params, tokens_BxS, prompt_len_B, max_new_B,
                   row_keys(seed_key, tokens_BxS.shape[0]), sampling=sampling, prompt_bucket=prompt_bucket,
-                  eos_ids=eos_ids, max_rounds=max_rounds)
+                  eos_ids=eos_ids, max_rounds=max_rounds, mesh=mesh)
 
   def not_finished(state):
     return jnp.any(~state.done_B) & (state.round < max_rounds)

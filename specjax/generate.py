@@ -93,6 +93,9 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
     raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
   check_drafter(target, drafter)
   k = check_k(k, drafter)
+  if mesh is not None:
+    from specjax.sharding import check_mesh
+    check_mesh(mesh)
   prompt_ids = encode_prompts(target, prompts, chat)
   longest = max(len(p) for p in prompt_ids)
   needed = longest + max_new_tokens + k
@@ -120,7 +123,8 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
     target_params, drafter_params, inputs = place_for_generation(mesh, target, drafter, inputs)
   start = time.perf_counter()
   state = generate_program(target_params, drafter_params, *inputs, jax.random.key(seed), graphdef=target.graphdef,
-                           drafter=drafter, sampling=sampling, k=k, eos_ids=eos_ids, prompt_bucket=bucket)
+                           drafter=drafter, sampling=sampling, k=k, eos_ids=eos_ids, prompt_bucket=bucket,
+                           mesh=mesh)
   tokens_BxS, n_new_B, rounds, accepted = jax.device_get(
       (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB))
   elapsed = time.perf_counter() - start

@@ -3,3 +3,4 @@
 from specjax.drafters.base import Drafter
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.prompt_lookup import PromptLookup
+from specjax.drafters.truncated import truncated_model

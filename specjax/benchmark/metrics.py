@@ -1,0 +1,86 @@
+"""Metrics from per-call records of the generation loop (host-side numpy; no model work).
+
+A *call record* is one fused `generate_program` run over a batch:
+  {"wall_s": float, "new_tokens": [per row], "accepted": [[per round per row]] with -1 for inactive rows, "k": int}.
+Definitions follow `specjax.stats`: tokens per round = accepted + 1 over active row-rounds; the first token (from
+the prefill) belongs to no round.
+"""
+
+import numpy as np
+
+
+def _active(records):
+  accepted = [np.asarray(r["accepted"], np.int64).reshape(-1) for r in records if len(r["accepted"])]
+  values = np.concatenate(accepted) if accepted else np.zeros((0,), np.int64)
+  return values[values >= 0]
+
+
+def tokens_per_round(records) -> float | None:
+  active = _active(records)
+  return float((active + 1).mean()) if active.size else None
+
+
+def acceptance_rate(records, k: int) -> float | None:
+  """Accepted drafts / proposed drafts (K per active row-round); None for autoregressive (k = 0)."""
+  active = _active(records)
+  if not k or not active.size:
+    return None
+  return float(active.sum() / (active.size * k))
+
+
+def alpha_estimate(records, k: int) -> float | None:
+  """Per-position acceptance probability alpha under Leviathan et al.'s i.i.d. model (its maximum-likelihood
+  estimate): accepted drafts / drafts that were tested (a round that accepts n < K drafts tested n + 1)."""
+  active = _active(records)
+  if not k or not active.size:
+    return None
+  tested = np.minimum(active + 1, k).sum()
+  return float(active.sum() / tested) if tested else None
+
+
+def throughput(records) -> float:
+  """New tokens per second over all rows of all timed calls."""
+  tokens = sum(int(np.sum(r["new_tokens"])) for r in records)
+  wall = sum(float(r["wall_s"]) for r in records)
+  return tokens / wall if wall > 0 else 0.0
+
+
+def latencies_ms_per_token(records) -> np.ndarray:
+  """Per row of every call: the call's wall time / the row's new tokens (what one request sees)."""
+  values = [1e3 * float(r["wall_s"]) / n for r in records for n in r["new_tokens"] if n > 0]
+  return np.asarray(values, np.float64)
+
+
+def percentile(values, q: float) -> float | None:
+  values = np.asarray(values, np.float64)
+  return float(np.percentile(values, q)) if values.size else None
+
+
+def mean_ms(values) -> float | None:
+  values = np.asarray(values, np.float64)
+  return float(1e3 * values.mean()) if values.size else None
+
+
+def summarize_calls(records, k: int) -> dict:
+  lat = latencies_ms_per_token(records)
+  return {
+      "tokens_per_round": tokens_per_round(records),
+      "acceptance_rate": acceptance_rate(records, k),
+      "alpha": alpha_estimate(records, k),
+      "throughput_tok_s": throughput(records),
+      "latency_ms_per_token_p50": percentile(lat, 50),
+      "latency_ms_per_token_p90": percentile(lat, 90),
+      "new_tokens": int(sum(int(np.sum(r["new_tokens"])) for r in records)),
+      "rounds": int(sum(len(r["accepted"]) for r in records)),
+      "wall_s": float(sum(r["wall_s"] for r in records)),
+  }
+
+
+def summarize_phases(rounds) -> dict:
+  """Mean ms per round of each phase from phase-split round timings [{"draft_s", "verify_s", "accept_s"}]."""
+  return {f"{name}_ms_per_round": mean_ms([r[f"{name}_s"] for r in rounds]) for name in ("draft", "verify", "accept")}
+
+
+def geometric_mean(values) -> float | None:
+  values = [v for v in values if v is not None and v > 0]
+  return float(np.exp(np.mean(np.log(values)))) if values else None

@@ -1,0 +1,187 @@
+"""`write_outputs(records, settings, output_dir)`: results.json, report.md (tables a person reads first) and plots."""
+
+import json
+import os
+
+import numpy as np
+
+from specjax.benchmark.metrics import geometric_mean
+
+
+def _fmt(value, spec=".2f"):
+  if value is None:
+    return "-"
+  if isinstance(value, bool):
+    return "yes" if value else "no"
+  return format(value, spec) if isinstance(value, (int, float, np.floating)) else str(value)
+
+
+def _table(header, rows) -> str:
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def _ours(records):
+  return [r for r in records if r.get("implementation", "specjax") == "specjax"]
+
+
+def _spec_methods(records):
+  return sorted({r["method"] for r in _ours(records)} - {"ar"})
+
+
+def speedup_by_category_table(records, method, batch, temperature) -> str:
+  rows = [r for r in _ours(records) if r["method"] == method and r["batch_size"] == batch
+          and r["temperature"] == temperature]
+  ks = sorted({r["k"] for r in rows})
+  cats = list(dict.fromkeys(r["category"] for r in rows))
+  cell = {(r["category"], r["k"]): r["speedup_vs_ar"] for r in rows}
+  body = [[cat] + [cell.get((cat, k)) for k in ks] for cat in cats]
+  return _table(["category"] + [f"K={k}" for k in ks], body)
+
+
+def speedup_by_batch_table(records, method, temperature) -> str:
+  rows = [r for r in _ours(records) if r["method"] == method and r["temperature"] == temperature]
+  ks = sorted({r["k"] for r in rows})
+  batches = sorted({r["batch_size"] for r in rows})
+  body = [[b] + [geometric_mean([r["speedup_vs_ar"] for r in rows if r["batch_size"] == b and r["k"] == k])
+                 for k in ks] for b in batches]
+  return _table(["batch size"] + [f"K={k}" for k in ks], body)
+
+
+def write_report(records, settings: dict, output_dir: str) -> str:
+  ours = _ours(records)
+  temps = sorted({r["temperature"] for r in ours})
+  batches = sorted({r["batch_size"] for r in ours})
+  first = records[0] if records else {}
+  parts = ["# specjax benchmark", "",
+           f"Machine: {first.get('machine')}; jax {first.get('jax_version')}; devices {first.get('devices')}.",
+           f"Model: {settings.get('model')}; max_new_tokens {settings.get('max_new_tokens')}; "
+           f"prompts per category {settings.get('prompts_per_category')}; chat {settings.get('chat')}.",
+           "Speedups are throughput ratios against specjax autoregressive decoding of the same batch size, category and "
+           "temperature, measured in this run (fused loop, end to end, prefill included; compilation excluded).", ""]
+  for temp in temps:
+    for method in _spec_methods(records):
+      parts += [f"## {method}: speedup by category x K (batch {batches[0]}, temperature {temp:g})", "",
+                speedup_by_category_table(records, method, batches[0], temp), "",
+                f"## {method}: speedup by batch size x K (geometric mean over categories, temperature {temp:g})", "",
+                speedup_by_batch_table(records, method, temp), ""]
+  parts += ["## Theory beside measurement", "",
+            "alpha: per-position acceptance estimate; E: (1-alpha^(K+1))/(1-alpha); c: draft step / AR step; "
+            "r: verify+accept round / AR step (phase-split); predicted = E / (K c + r) (Leviathan et al. 2023 "
+            "Thm 3.8, whose own value E / (K c + 1) is `thm 3.8`).", ""]
+  rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r.get("alpha"),
+           r["tokens_per_round"], r.get("expected_tokens_per_round"), r.get("cost_ratio_c"),
+           r.get("verify_cost_ratio"), r.get("predicted_speedup_theorem"), r["predicted_speedup"],
+           r["speedup_vs_ar"]] for r in ours if r["method"] != "ar"]
+  parts += [_table(["method", "K", "B", "category", "T", "alpha", "tok/round", "E", "c", "r", "thm 3.8",
+                    "predicted", "measured"], rows), ""]
+  gaps = [r for r in ours if r.get("theory_gap")]
+  if gaps:
+    parts += ["Where measured and predicted disagree by more than 15%, or cannot be compared:", ""]
+    parts += [f"- {r['method']} K={r['k']} B={r['batch_size']} {r['category']} T={r['temperature']:g}: "
+              f"{r['theory_gap']}" for r in gaps]
+    parts.append("")
+  parts += ["## Round phases (phase-split mode, ms per round)", ""]
+  rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["draft_ms_per_round"],
+           r["verify_ms_per_round"], r["accept_ms_per_round"], r.get("phase_split_matches_fused")]
+          for r in ours if r["verify_ms_per_round"] is not None]
+  parts += [_table(["method", "K", "B", "category", "T", "draft", "verify", "accept", "same tokens as fused"], rows),
+            ""]
+  parts += ["## Quality per category", "",
+            "code: functions that parse and pass the prompt's tests; structured: outputs that parse as JSON/CSV; "
+            "prose: distinct-bigram ratio; long_context: share of output trigrams found in the passage. "
+            "Greedy runs: share of rows whose tokens equal autoregressive decoding's. Sampled runs: whether the "
+            "method's quality agrees with autoregressive decoding's within a 95% interval.", ""]
+  rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["quality"]["metric"],
+           r["quality"]["value"], r["quality"]["n"], r.get("greedy_match_ar"), r["quality"].get("agrees_with_ar")]
+          for r in records]
+  parts += [_table(["method", "K", "B", "category", "T", "metric", "value", "n", "greedy = AR", "agrees with AR"],
+                   rows), ""]
+  peers = [r for r in records if r.get("implementation") == "hf"]
+  if peers:
+    parts += ["## Peer: HF transformers generate on the same file and prompts (batch 1)", "",
+              "speedup vs own AR: the peer's prompt lookup against the peer's autoregressive generate; "
+              "vs specjax AR: against specjax autoregressive decoding in this run.", ""]
+    rows = [[r["method"], r["k"], r["category"], r["temperature"], r["throughput_tok_s"], r.get("speedup_vs_own_ar"),
+             r["speedup_vs_ar"], r["quality"]["value"]] for r in peers]
+    parts += [_table(["method", "K", "category", "T", "tok/s", "speedup vs own AR", "vs specjax AR", "quality"], rows),
+              ""]
+  parts += ["## All results", ""]
+  rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["throughput_tok_s"],
+           r["latency_ms_per_token_p50"], r["latency_ms_per_token_p90"], r["tokens_per_round"], r["acceptance_rate"],
+           r["speedup_vs_ar"], r.get("compile_s")] for r in records]
+  parts += [_table(["method", "K", "B", "category", "T", "tok/s", "ms/tok p50", "ms/tok p90", "tok/round",
+                    "accept", "speedup", "compile s"], rows), ""]
+  plots = write_plots(records, output_dir)
+  parts += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
+  text = "\n".join(parts)
+  with open(os.path.join(output_dir, "report.md"), "w") as f:
+    f.write(text)
+  return text
+
+
+def write_plots(records, output_dir: str) -> list[str]:
+  """speedup_vs_k.png (per category, one line per method), throughput_vs_batch.png, latency_vs_batch.png."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  ours = _ours(records)
+  temp = min(r["temperature"] for r in ours)
+  batch = min(r["batch_size"] for r in ours)
+  methods = _spec_methods(records)
+  cats = list(dict.fromkeys(r["category"] for r in ours))
+  names = []
+
+  fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.2), squeeze=False)
+  for ax, cat in zip(axes[0], cats):
+    for method in methods:
+      rows = sorted((r["k"], r["speedup_vs_ar"]) for r in ours if r["method"] == method and r["category"] == cat
+                    and r["batch_size"] == batch and r["temperature"] == temp)
+      if rows:
+        ax.plot(*zip(*rows), marker="o", label=method)
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+    ax.set(title=cat, xlabel="K", ylabel="speedup vs AR")
+  axes[0][0].legend(fontsize=8)
+  fig.suptitle(f"speedup vs K (batch {batch}, temperature {temp:g})")
+  fig.tight_layout()
+  fig.savefig(os.path.join(output_dir, "speedup_vs_k.png"), dpi=100)
+  plt.close(fig)
+  names.append("speedup_vs_k.png")
+
+  for key, label, name in (("throughput_tok_s", "tokens / s", "throughput_vs_batch.png"),
+                           ("latency_ms_per_token_p50", "ms / token (p50)", "latency_vs_batch.png")):
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for method in ["ar"] + methods:
+      for k in sorted({r["k"] for r in ours if r["method"] == method}):
+        points = {}
+        for r in ours:
+          if r["method"] == method and r["k"] == k and r["temperature"] == temp and r[key] is not None:
+            points.setdefault(r["batch_size"], []).append(r[key])
+        if points:
+          xs = sorted(points)
+          ax.plot(xs, [np.mean(points[x]) for x in xs], marker="o", label=method if method == "ar" else f"{method} K={k}")
+    ax.set(xlabel="batch size", ylabel=label, title=f"{label} vs batch size (mean over categories, T={temp:g})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(output_dir, name), dpi=100)
+    plt.close(fig)
+    names.append(name)
+  return names
+
+
+def _jsonable(value):
+  if isinstance(value, dict):
+    return {k: _jsonable(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_jsonable(v) for v in value]
+  if isinstance(value, np.generic):
+    return value.item()
+  return value
+
+
+def write_outputs(records, settings: dict, output_dir: str) -> None:
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, "results.json"), "w") as f:
+    json.dump(_jsonable(records), f, indent=1)
+  write_report(records, settings, output_dir)

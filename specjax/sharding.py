@@ -1,0 +1,122 @@
+"""Mesh creation and the rules that place parameters, caches and batches on a ("data", "model") mesh.
+
+Tensor parallelism (Megatron style) over "model": q/k/v and gate/up are split by output columns,
+o and down by input rows (one all-reduce each), embedding and head by vocabulary. A dimension is
+split only where it divides evenly (heads stay whole); otherwise that parameter is replicated.
+The batch is split over "data". Draft models follow the same rules.
+"""
+
+import re
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from specjax.cache import KVCache
+from specjax.config import ModelConfig
+
+AXES = ("data", "model")
+
+
+def make_mesh(data: int | None = None, model: int | None = None, devices=None) -> Mesh:
+  """A ("data", "model") mesh over the given (default: all) devices; unspecified sizes fill the rest."""
+  devices = list(devices if devices is not None else jax.devices())
+  n = len(devices)
+  if data is None and model is None:
+    data, model = 1, n
+  elif data is None:
+    data = n // model
+  elif model is None:
+    model = n // data
+  if data * model != n or data < 1 or model < 1:
+    raise ValueError(f"mesh shape ({data}, {model}) does not use exactly the {n} available devices")
+  return Mesh(np.array(devices).reshape(data, model), AXES)
+
+
+def check_mesh(mesh) -> Mesh:
+  if not isinstance(mesh, Mesh):
+    raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+  missing = [a for a in AXES if a not in mesh.axis_names]
+  if missing:
+    raise ValueError(f"mesh axes {mesh.axis_names} lack {missing}; specjax needs a mesh with axes {AXES}")
+  return mesh
+
+
+def _param_spec(path: str, shape: tuple, config: ModelConfig, model_size: int) -> P:
+  def split(n):
+    return n % model_size == 0
+
+  rules = [
+      (r"embed$", P("model", None) if split(config.vocab_size) else P()),
+      (r"head\.kernel$", P(None, "model") if split(config.vocab_size) else P()),
+      (r"attn\.q\.(kernel|bias)$", (P(None, "model") if len(shape) == 2 else P("model"))
+       if split(config.n_heads) else P()),
+      (r"attn\.[kv]\.(kernel|bias)$", (P(None, "model") if len(shape) == 2 else P("model"))
+       if split(config.n_kv_heads) else P()),
+      (r"attn\.o\.kernel$", P("model", None) if split(config.n_heads) else P()),
+      (r"mlp\.(gate|up)\.kernel$", P(None, "model") if split(config.ffn_dim) else P()),
+      (r"mlp\.down\.kernel$", P("model", None) if split(config.ffn_dim) else P()),
+  ]
+  for pattern, spec in rules:
+    if re.search(pattern, path):
+      return spec
+  return P()
+
+
+def param_shardings(mesh: Mesh, config: ModelConfig, params: nnx.State):
+  """A pytree of NamedShardings matching `params`."""
+  model_size = mesh.shape["model"]
+
+  def spec_for(path, leaf):
+    names = [str(getattr(p, "key", getattr(p, "name", getattr(p, "idx", p)))) for p in path]
+    names = [n for n in names if n != "value"]
+    return NamedSharding(mesh, _param_spec(".".join(names), leaf.shape, config, model_size))
+
+  return jax.tree_util.tree_map_with_path(spec_for, params)
+
+
+def cache_sharding(mesh: Mesh, config: ModelConfig, batch: int) -> KVCache:
+  data = "data" if batch % mesh.shape["data"] == 0 else None
+  heads = "model" if config.n_kv_heads % mesh.shape["model"] == 0 else None
+  kv = NamedSharding(mesh, P(None, data, None, heads, None))
+  return KVCache(k=kv, v=kv, lengths=NamedSharding(mesh, P(data)))
+
+
+def batch_sharding(mesh: Mesh, batch: int, rank: int) -> NamedSharding:
+  data = "data" if batch % mesh.shape["data"] == 0 else None
+  return NamedSharding(mesh, P(data, *([None] * (rank - 1))))
+
+
+def place_for_generation(mesh, target, drafter, inputs):
+  """Puts target (and draft) parameters and the batch inputs on the mesh."""
+  check_mesh(mesh)
+  target_params = jax.device_put(target.params, param_shardings(mesh, target.config, target.params))
+  drafter_params = drafter.params() if drafter is not None else ()
+  draft_model = getattr(drafter, "model", None)
+  if draft_model is not None:
+    drafter_params = jax.device_put(drafter_params, param_shardings(mesh, draft_model.config, drafter_params))
+  else:
+    drafter_params = jax.device_put(drafter_params, NamedSharding(mesh, P()))
+  batch = inputs[0].shape[0]
+  inputs = tuple(jax.device_put(x, batch_sharding(mesh, batch, x.ndim)) for x in inputs)
+  return target_params, drafter_params, inputs
+
+
+def sharded_verify(mesh: Mesh, target, batch: int):
+  """The K+1-position target call as one `jax.jit` with explicit in/out shardings (what `pjit` became).
+
+  Returns f(params, tokens_BxT, positions_BxT, cache) -> (logits_BxTxV, cache); the cache is donated.
+  """
+  check_mesh(mesh)
+  graphdef, config = target.graphdef, target.config
+  rows = batch_sharding(mesh, batch, 2)
+  cache = cache_sharding(mesh, config, batch)
+  logits = batch_sharding(mesh, batch, 3)
+
+  def verify_call(params, tokens_BxT, positions_BxT, kv_cache):
+    logits_BxTxV, _, kv_cache = nnx.merge(graphdef, params)(tokens_BxT, positions_BxT, kv_cache)
+    return logits_BxTxV, kv_cache
+
+  return jax.jit(verify_call, in_shardings=(param_shardings(mesh, config, target.params), rows, rows, cache),
+                 out_shardings=(logits, cache), donate_argnums=(3,))
