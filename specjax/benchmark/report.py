@@ -13,6 +13,8 @@ def _fmt(value, spec=".2f"):
     return "-"
   if isinstance(value, bool):
     return "yes" if value else "no"
+  if isinstance(value, (int, np.integer)):
+    return str(value)
   return format(value, spec) if isinstance(value, (int, float, np.floating)) else str(value)
 
 

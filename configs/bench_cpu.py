@@ -1,0 +1,38 @@
+"""The full CPU benchmark on SmolLM2-135M: every method, K 1..8, batch 1..16, temperatures 0 and 1, every category.
+
+python scripts/benchmark.py --config=configs/bench_cpu.py [--config.peers=hf] [--config.output_dir=...]
+Hours on a 2-core CPU (one compilation per cell and prompt bucket); narrow it with --config.ks='(2,4)' etc.
+"""
+
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.model = "smollm2-135m"        # a known model name, a .gguf file, an HF or specjax directory, or "random"
+  c.dtype = ""                     # "" keeps the checkpoint's dtype (float32 for GGUF)
+  c.random_model = ml_collections.ConfigDict(dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                                                  ffn_dim=128, max_seq_len=1024))  # used when model == "random"
+  c.methods = ("ar", "draft_model", "prompt_lookup")
+  c.categories = ("code", "prose", "structured", "long_context")
+  c.ks = (1, 2, 3, 4, 6, 8)
+  c.batch_sizes = (1, 2, 4, 8, 16)
+  c.temperatures = (0.0, 1.0)
+  c.sweep = "grid"                 # "grid": every K at every batch size; "axes": K sweep at the first batch size,
+                                   # batch sweep at the first K (fewer compilations)
+  c.phase_split_batch_sizes = (1, 2, 4, 8, 16)  # batch sizes that also run the phase-split mode
+  c.prompts_per_category = 8
+  c.max_new_tokens = 64
+  c.max_prompt_tokens = 0          # 0 = no cut; otherwise keep each prompt's last N tokens
+  c.prompt_bucket = 0              # 0 = per-category power-of-two bucket; N = pad every prompt to at least N
+  c.repeats = 1                    # timed repetitions of each call
+  c.draft_layers = 4               # draft_model = the target's first N layers
+  c.prompt_lookup_max_ngram = 3
+  c.chat = True                    # apply the model's chat template to the prompts
+  c.stop_at_eos = True
+  c.execute_code = True            # run generated functions against the prompts' tests (isolated subprocess)
+  c.peers = ""                     # "hf": also HF transformers generate (AR and prompt lookup) on the same file
+  c.seed = 0
+  c.output_dir = "results/bench_cpu"
+  c.compilation_cache_dir = "~/.cache/specjax/jax-cache"  # "" = off; a rerun of the same command does not recompile
+  return c

@@ -1,0 +1,25 @@
+"""Generate from the embedded SmolLM2-135M-Instruct: autoregressive and speculative, with tokens/s."""
+
+import ml_collections
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.model = "smollm2-135m"      # a .gguf file, a Hugging Face directory, a save_model directory, or a name
+  config.dtype = ""                  # "" keeps the checkpoint's dtype; "float32" or "bfloat16"
+  config.prompts = [
+      "Write a Python function that checks whether a string is a palindrome.",
+      "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog near the river bank.",
+  ]
+  config.chat = True
+  config.max_new_tokens = 128
+  config.temperature = 0.0
+  config.top_k = 0
+  config.top_p = 1.0
+  config.seed = 0
+  config.drafter = "prompt_lookup"   # "none", "prompt_lookup" or "draft_model"
+  config.draft_model = "truncate:8"  # for drafter="draft_model": a model source, or truncate:N (the target's first N layers)
+  config.k = 4
+  config.compare_autoregressive = True
+  config.mesh = ""                   # "" (one device) or "DATAxMODEL", e.g. "2x4"
+  return config

@@ -1,0 +1,88 @@
+"""A tiny benchmark run on a random model: every method, both temperatures, phase-split, all three outputs."""
+
+import json
+import os
+
+import ml_collections
+import pytest
+
+from configs import bench_cpu
+from specjax import ModelConfig, init_model
+from specjax.benchmark import REQUIRED_KEYS, report, run_benchmark, validate_config
+
+TINY = ModelConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=256,
+                   eos_token_ids=(255,))
+
+
+def tiny_config(tmp_path, **changes) -> ml_collections.ConfigDict:
+  c = bench_cpu.get_config()
+  c.model = "random"
+  c.ks = (2,)
+  c.batch_sizes = (1,)
+  c.temperatures = (0.0, 1.0)
+  c.sweep = "axes"
+  c.phase_split_batch_sizes = (1,)
+  c.prompts_per_category = 2
+  c.max_new_tokens = 6
+  c.max_prompt_tokens = 24
+  c.prompt_bucket = 32
+  c.draft_layers = 1
+  c.compilation_cache_dir = ""
+  c.output_dir = str(tmp_path)
+  c.update(changes)
+  return c
+
+
+def test_tiny_run_writes_results_report_and_plots(tmp_path):
+  config = tiny_config(tmp_path)
+  records = run_benchmark(config, target=init_model(TINY), progress=False)
+  report.write_outputs(records, validate_config(config), config.output_dir)
+  with open(tmp_path / "results.json") as f:
+    results = json.load(f)
+  assert isinstance(results, list) and results
+  for record in results:
+    assert set(REQUIRED_KEYS) <= set(record), set(REQUIRED_KEYS) - set(record)
+    assert record["machine"]["cpu_count"] and record["devices"]
+  methods = {(r["method"], r["temperature"]) for r in results}
+  assert methods == {(m, t) for m in ("ar", "draft_model", "prompt_lookup") for t in (0.0, 1.0)}
+  assert {r["category"] for r in results} == {"code", "prose", "structured", "long_context"}
+  for r in results:
+    if r["method"] == "ar":
+      assert r["speedup_vs_ar"] == pytest.approx(1.0) and r["tokens_per_round"] == 1.0
+    else:
+      assert 1.0 <= r["tokens_per_round"] <= r["k"] + 1 and 0.0 <= r["acceptance_rate"] <= 1.0
+    assert r["verify_ms_per_round"] > 0 and r["phase_split_matches_fused"]
+    if r["method"] != "ar":
+      assert r["predicted_speedup"] > 0
+    if r["method"] != "ar" and r["temperature"] == 0.0:
+      assert r["greedy_match_ar"] == 1.0  # greedy speculative decoding reproduces the target's greedy tokens
+    if r["method"] != "ar" and r["temperature"] == 1.0:
+      assert isinstance(r["quality"]["agrees_with_ar"], bool)
+  text = (tmp_path / "report.md").read_text()
+  assert "speedup by category x K" in text and "Theory beside measurement" in text
+  for name in ("speedup_vs_k.png", "throughput_vs_batch.png", "latency_vs_batch.png"):
+    assert (tmp_path / name).stat().st_size > 1000
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(methods=("ar", "medusa")), "unknown method"),
+    (dict(categories=("poetry",)), "unknown or no categories"),
+    (dict(ks=(0,)), "config.ks"),
+    (dict(batch_sizes=()), "config.batch_sizes"),
+    (dict(phase_split_batch_sizes=(4,)), "phase_split_batch_sizes"),
+    (dict(ks=(1, 99)), "config.ks"),
+    (dict(prompts_per_category=99), "has only"),
+    (dict(temperatures=(-1.0,)), "temperatures"),
+    (dict(sweep="diagonal"), "sweep"),
+    (dict(peers="vllm"), "peers"),
+    (dict(peers="hf"), "needs a model file"),
+])
+def test_bad_settings_fail_before_model_work(tmp_path, change, message):
+  with pytest.raises(ValueError, match=message):
+    run_benchmark(tiny_config(tmp_path, **change), target=None, progress=False)  # target=None: nothing is loaded
+
+
+def test_prompt_too_long_for_the_model_is_a_clear_error(tmp_path):
+  config = tiny_config(tmp_path, max_prompt_tokens=0)
+  with pytest.raises(ValueError, match="max_seq_len"):
+    run_benchmark(config, target=init_model(TINY.replace(max_seq_len=64)), progress=False)

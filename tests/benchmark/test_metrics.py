@@ -1,0 +1,43 @@
+"""Metrics from synthetic round records, against values worked out by hand."""
+
+import pytest
+
+from specjax.benchmark import metrics
+
+# Two calls, K = 2. Call 1: batch 2, three rounds (row 1 finished after round 2); call 2: batch 1, two rounds.
+CALLS = [
+    {"wall_s": 1.0, "new_tokens": [8, 5], "accepted": [[2, 1], [0, 2], [2, -1]], "k": 2},
+    {"wall_s": 0.5, "new_tokens": [4], "accepted": [[1], [1]], "k": 2},
+]
+
+
+def test_tokens_per_round_and_acceptance():
+  # active accepted counts: 2, 1, 0, 2, 2, 1, 1 -> sum 9 over 7 row-rounds
+  assert metrics.tokens_per_round(CALLS) == pytest.approx((9 + 7) / 7)
+  assert metrics.acceptance_rate(CALLS, 2) == pytest.approx(9 / 14)
+  # tested drafts: min(n + 1, K) = 2, 2, 1, 2, 2, 2, 2 = 13
+  assert metrics.alpha_estimate(CALLS, 2) == pytest.approx(9 / 13)
+
+
+def test_throughput_and_latency():
+  assert metrics.throughput(CALLS) == pytest.approx(17 / 1.5)
+  # per row: 1000/8, 1000/5, 500/4 ms per token
+  assert sorted(metrics.latencies_ms_per_token(CALLS)) == pytest.approx([125.0, 125.0, 200.0])
+  summary = metrics.summarize_calls(CALLS, 2)
+  assert summary["latency_ms_per_token_p50"] == pytest.approx(125.0)
+  assert summary["latency_ms_per_token_p90"] == pytest.approx(125.0 + 0.8 * 75.0)
+  assert summary["new_tokens"] == 17 and summary["rounds"] == 5
+
+
+def test_autoregressive_has_no_acceptance():
+  calls = [{"wall_s": 1.0, "new_tokens": [3], "accepted": [[0], [0]], "k": 0}]
+  assert metrics.acceptance_rate(calls, 0) is None and metrics.alpha_estimate(calls, 0) is None
+  assert metrics.tokens_per_round(calls) == 1.0
+
+
+def test_phase_means_and_geometric_mean():
+  rounds = [{"draft_s": 0.001, "verify_s": 0.010, "accept_s": 0.002},
+            {"draft_s": 0.003, "verify_s": 0.020, "accept_s": 0.002}]
+  assert metrics.summarize_phases(rounds) == pytest.approx(
+      {"draft_ms_per_round": 2.0, "verify_ms_per_round": 15.0, "accept_ms_per_round": 2.0})
+  assert metrics.geometric_mean([1.0, 4.0, None]) == pytest.approx(2.0)

@@ -1,0 +1,40 @@
+"""Leviathan et al. (2023) formulas against hand-computed values."""
+
+import pytest
+
+from specjax.benchmark import theory
+
+
+def test_expected_tokens_per_round():
+  assert theory.expected_tokens_per_round(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)  # 1.875
+  assert theory.expected_tokens_per_round(0.0, 4) == 1.0
+  assert theory.expected_tokens_per_round(1.0, 4) == 5.0
+  assert theory.expected_tokens_per_round(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)  # 3.3616
+
+
+def test_theorem_3_8_and_correction():
+  # alpha 0.8, K 4, c 0.05: 3.3616 / 1.2 = 2.801333...
+  assert theory.theorem_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
+  # verification of 5 positions costing 1.3 single steps: 3.3616 / (0.2 + 1.3)
+  assert theory.corrected_speedup(0.8, 4, 0.05, 1.3) == pytest.approx(3.3616 / 1.5)
+  assert theory.corrected_speedup(0.8, 4, 0.05, 1.0) == pytest.approx(theory.theorem_speedup(0.8, 4, 0.05))
+
+
+def test_cost_ratios_from_phase_times():
+  c, r = theory.cost_ratios(draft_ms=8.0, verify_ms=24.0, accept_ms=1.0, ar_verify_ms=19.0, ar_accept_ms=1.0, k=4)
+  assert c == pytest.approx(0.1) and r == pytest.approx(1.25)
+
+
+def test_gap_is_explained_only_beyond_tolerance():
+  assert theory.explain_gap(1.9, 2.0, 2.0, 2.0, 1.0, 1.0, 1) is None
+  note = theory.explain_gap(1.0, 2.0, 1.5, 3.0, 1.5, 1.5, 1)
+  assert "-50%" in note and "not i.i.d." in note
+  note = theory.explain_gap(1.0, 2.0, 3.0, 3.0, 3.0, 1.5, 2)
+  assert "phase model" in note and "slowest row" in note
+
+
+def test_invalid_inputs():
+  with pytest.raises(ValueError):
+    theory.expected_tokens_per_round(1.5, 2)
+  with pytest.raises(ValueError):
+    theory.corrected_speedup(0.5, 2, 0.1, 0.0)

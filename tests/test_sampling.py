@@ -1,0 +1,53 @@
+"""`distribution` (the one logits -> probabilities rule) against a plain numpy reference."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax.sampling import SamplingParams, distribution, sample
+
+
+def reference(logits, temperature, top_k, top_p):
+  """Temperature, then top-k, then top-p (smallest prefix of the sorted distribution reaching top_p)."""
+  if temperature == 0:
+    out = np.zeros_like(logits)
+    out[np.argmax(logits)] = 1
+    return out
+  z = logits / temperature
+  if top_k:
+    z = np.where(z < np.sort(z)[-top_k], -np.inf, z)
+  p = np.exp(z - z.max())
+  p /= p.sum()
+  if top_p < 1:
+    order = np.argsort(-p, kind="stable")
+    cum = np.cumsum(p[order])
+    n_keep = int(np.searchsorted(cum, top_p, side="left")) + 1
+    keep = np.zeros_like(p, bool)
+    keep[order[:n_keep]] = True
+    p = np.where(keep, p, 0)
+    p /= p.sum()
+  return p
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.3, 1.0, 2.0])
+@pytest.mark.parametrize("top_k", [0, 1, 5])
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.3])
+def test_distribution_matches_reference(temperature, top_k, top_p):
+  logits = np.random.default_rng(0).normal(size=(4, 50)).astype(np.float32) * 3
+  ours = np.asarray(distribution(jnp.asarray(logits), SamplingParams(temperature, top_k, top_p)))
+  for row in range(4):
+    np.testing.assert_allclose(ours[row], reference(logits[row].astype(np.float64), temperature, top_k, top_p),
+                               atol=1e-6)
+
+
+def test_sample_never_draws_zero_probability_tokens():
+  probs = jnp.array([[0.0, 0.5, 0.0, 0.5]] * 4000)
+  drawn = np.asarray(jax.vmap(sample)(jax.random.split(jax.random.key(0), 4000), probs))
+  assert set(drawn.tolist()) == {1, 3}
+  assert abs((drawn == 1).mean() - 0.5) < 0.05
+
+
+def test_sampling_params_are_static_and_hashable():
+  assert hash(SamplingParams(0.5, 3, 0.9)) == hash(SamplingParams(0.5, 3, 0.9))
+  assert SamplingParams(temperature=0).greedy and not SamplingParams().greedy
