@@ -21,7 +21,8 @@ class GenerationStats:
   mean_tokens_per_round: float              # accepted + 1 (correction / bonus) per active row-round
   acceptance_rate: float                    # accepted drafts / proposed drafts
   acceptance_rate_per_position: list[float]  # P(draft i accepted | drafts before it accepted), i = 1..K
-  bonus_rate: float                         # share of active row-rounds where all K drafts passed
+  bonus_rate: float                         # share of active row-rounds ending in a bonus token (all K passed)
+  correction_rate: float                    # share ending in a correction token (a draft was rejected)
   wall_time_s: float = 0.0                  # generate() call, including any compilation
 
   def as_dict(self) -> dict:
@@ -48,5 +49,6 @@ def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k
       acceptance_rate=float(accepted.sum() / (n_active * k)) if k else 0.0,
       acceptance_rate_per_position=per_position,
       bonus_rate=float((accepted == k).sum() / n_active) if k else 0.0,
+      correction_rate=float((accepted < k).sum() / n_active) if k else 0.0,
       wall_time_s=wall_time_s,
   )

@@ -56,6 +56,8 @@ def test_stats_follow_their_definitions(target):
   assert stats.mean_accepted_per_round == pytest.approx(np.mean(flat))
   assert stats.mean_tokens_per_round == pytest.approx(np.mean(flat) + 1)
   assert stats.acceptance_rate == pytest.approx(np.sum(flat) / (4 * len(flat)))
+  assert stats.bonus_rate + stats.correction_rate == pytest.approx(1.0)
+  assert stats.bonus_rate == pytest.approx(np.mean([a == 4 for a in flat]))
   first = sum(a >= 1 for a in flat) / len(flat)
   assert stats.acceptance_rate_per_position[0] == pytest.approx(first)
 
