@@ -4,7 +4,8 @@ from specjax.checkpoints import load_model, save_model
 from specjax.compilation_cache import enable_compilation_cache
 from specjax.config import ModelConfig
 from specjax.generate import GenerationResult, generate
-from specjax.model import Model, init_model, truncated_model
+from specjax.model import Model, init_model
 from specjax.sampling import SamplingParams
 from specjax.stats import GenerationStats
 from specjax import drafters
+from specjax.drafters import truncated_model

@@ -3,7 +3,8 @@
 from specjax import drafters
 from specjax.checkpoints import load_model
 from specjax.config import ModelConfig
-from specjax.model import Model, init_model, truncated_model
+from specjax.drafters import truncated_model
+from specjax.model import Model, init_model
 
 RANDOM_MODELS = {
     "tiny": ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128,

@@ -83,12 +83,3 @@ def model_from_flat_params(config: ModelConfig, flat: Mapping[str, Any], tokeniz
   params = nnx.from_flat_state(leaves)
   return Model(config=config, graphdef=graphdef, params=params, tokenizer=tokenizer)
 
-
-def truncated_model(model: Model, n_layers: int) -> Model:
-  """The model's first `n_layers` blocks with its own embedding, final norm and head: a self-draft
-  that needs no second checkpoint (the layer-skip idea, without an exit adapter)."""
-  if not 1 <= n_layers <= model.config.n_layers:
-    raise ValueError(f"n_layers must be in [1, {model.config.n_layers}], got {n_layers}")
-  keep = {name: value for name, value in model.flat_params().items()
-          if not name.startswith("layers.") or int(name.split(".")[1]) < n_layers}
-  return model_from_flat_params(model.config.replace(n_layers=n_layers), keep, tokenizer=model.tokenizer)

@@ -5,7 +5,7 @@ import pytest
 
 import specjax
 from specjax import drafters
-from specjax.model import truncated_model
+from specjax.drafters import truncated_model
 
 GREEDY = specjax.SamplingParams(temperature=0.0)
 PROMPTS = [

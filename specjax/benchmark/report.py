@@ -68,6 +68,15 @@ def write_report(records, settings: dict, output_dir: str) -> str:
                 speedup_by_category_table(records, method, batches[0], temp), "",
                 f"## {method}: speedup by batch size x K (geometric mean over categories, temperature {temp:g})", "",
                 speedup_by_batch_table(records, method, temp), ""]
+  ar_rows = [r for r in ours if r["method"] == "ar" and r.get("bandwidth_bound_tok_s")]
+  if ar_rows:
+    parts += ["## Autoregressive decoding against the memory-bandwidth bound", "",
+              f"Copy bandwidth measured in this run: {first.get('copy_bandwidth_gbs', 0):.1f} GB/s (read + write). "
+              "Bound: batch x bandwidth / (parameter bytes + batch x filled KV-cache bytes) per step; measured "
+              "throughput includes prefill, so the fraction is a lower bound.", ""]
+    rows = [[r["batch_size"], r["category"], r["temperature"], r["throughput_tok_s"], r["bandwidth_bound_tok_s"],
+             r["fraction_of_bandwidth_bound"]] for r in ar_rows]
+    parts += [_table(["B", "category", "T", "tok/s", "bound tok/s", "fraction"], rows), ""]
   parts += ["## Theory beside measurement", "",
             "alpha: per-position acceptance estimate; E: (1-alpha^(K+1))/(1-alpha); c: draft step / AR step; "
             "r: verify+accept round / AR step (phase-split); predicted = E / (K c + r) (Leviathan et al. 2023 "

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.benchmark import metrics, quality, tasks, theory
+from specjax.benchmark import bandwidth, metrics, quality, tasks, theory
 from specjax.benchmark.phases import run_phase_split
 from specjax.cache import cache_size
 from specjax.engine import generate_program
@@ -184,6 +184,7 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   size = cache_size(max(max(buckets.values()), needed))
   drafters = {m: _drafter(m, target, c) for m in c["methods"]}
   info = machine_info()
+  info["copy_bandwidth_gbs"] = bandwidth.copy_bandwidth_gbs()
 
   units = len(cells) * len(c["categories"])
   bar = tqdm(total=units + (peer_runner.units() if peer_runner else 0), desc="benchmark", disable=not progress)
@@ -248,6 +249,11 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
             "fused_ms_per_round": 1e3 * sum(x["wall_s"] for x in calls) / max(sum(len(x["accepted"]) for x in calls), 1)}
   if cell.method == "ar":
     record["tokens_per_round"] = 1.0 if record["tokens_per_round"] is not None else None
+  mean_context = record["prompt_tokens_mean"] + c["max_new_tokens"] / 2
+  record["bandwidth_bound_tok_s"] = bandwidth.bound_tokens_per_s(target.param_bytes, target.config, cell.batch_size,
+                                                                 mean_context, bandwidth.copy_bandwidth_gbs())
+  record["fraction_of_bandwidth_bound"] = (record["throughput_tok_s"] / record["bandwidth_bound_tok_s"]
+                                           if record["throughput_tok_s"] else None)
   if cell.batch_size in c["phase_split_batch_sizes"]:
     inp = inputs[0]
     state, timings = run_phase_split(target, drafter, *inp.device(), jax.random.key(c.get("seed", 0)), k=cell.k,

@@ -4,7 +4,7 @@ import pytest
 
 import specjax
 from specjax.drafters import DraftModel
-from specjax.model import truncated_model
+from specjax.drafters import truncated_model
 
 CONFIG = specjax.ModelConfig(vocab_size=32, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, ffn_dim=64,
                              max_seq_len=128)
