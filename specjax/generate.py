@@ -129,6 +129,7 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
       (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB))
   elapsed = time.perf_counter() - start
   new_tokens = [tokens_BxS[b, prompt_len_B[b]:prompt_len_B[b] + n_new_B[b]].tolist() for b in range(batch)]
-  texts = [target.tokenizer.decode(t) for t in new_tokens] if target.tokenizer is not None else None
+  texts = ([target.tokenizer.decode(t, skip_special_tokens=True) for t in new_tokens]
+           if target.tokenizer is not None else None)
   stats = summarize(accepted, n_new_B, int(rounds), k, elapsed)
   return GenerationResult(tokens=new_tokens, texts=texts, stats=stats, prompt_tokens=prompt_ids)
