@@ -26,7 +26,7 @@ setup(
     ],
     extras_require={
         # torch is pinned to the CPU build that ships on this project's machines; never a CUDA download.
-        "test": ["pytest", "torch==2.13.0", "transformers", "accelerate", "nbclient", "ipykernel", "nbformat"],
+        "test": ["pytest", "scipy", "torch==2.13.0", "transformers", "accelerate"],
         "tpu": ["jax[tpu]"],
     },
 )
