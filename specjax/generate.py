@@ -31,6 +31,20 @@ def prompt_bucket(length: int) -> int:
   return max(MIN_PROMPT_BUCKET, 1 << (length - 1).bit_length())
 
 
+def pack_batch(prompt_ids: list[list[int]], size: int, max_new_tokens: int):
+  """Host arrays the compiled program takes: left-aligned tokens [B, size], prompt lengths, budgets."""
+  tokens_BxS = np.zeros((len(prompt_ids), size), np.int32)
+  for row, ids in enumerate(prompt_ids):
+    tokens_BxS[row, :len(ids)] = ids
+  prompt_len_B = np.array([len(ids) for ids in prompt_ids], np.int32)
+  return tokens_BxS, prompt_len_B, np.full((len(prompt_ids),), max_new_tokens, np.int32)
+
+
+def unpack_new_tokens(tokens_BxS, prompt_len_B, n_new_B) -> list[list[int]]:
+  """Each row's generated tokens, read back from the program's token buffer."""
+  return [tokens_BxS[b, prompt_len_B[b]:prompt_len_B[b] + n_new_B[b]].tolist() for b in range(len(n_new_B))]
+
+
 def encode_prompts(target: Model, prompts, chat: bool) -> list[list[int]]:
   if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
     raise ValueError("prompts must be a non-empty list of strings or of token-id lists")
@@ -45,11 +59,12 @@ def encode_prompts(target: Model, prompts, chat: bool) -> list[list[int]]:
       if chat:
         raise ValueError("chat=True needs string prompts")
       try:
-        ids = [int(t) for t in np.asarray(prompt).reshape(-1).tolist()] if len(prompt) else []
+        values = np.asarray(prompt).reshape(-1).tolist() if len(prompt) else []
       except (TypeError, ValueError) as error:
         raise ValueError(f"prompt {i} is neither a string nor a list of token ids: {error}") from None
-      if any(not isinstance(t, (int, np.integer)) for t in np.asarray(prompt).reshape(-1).tolist()):
+      if any(isinstance(t, bool) or not isinstance(t, int) for t in values):
         raise ValueError(f"prompt {i} holds non-integer token ids")
+      ids = values
     if not ids:
       raise ValueError(f"prompt {i} is empty")
     bad = [t for t in ids if not 0 <= t < vocab]
@@ -109,11 +124,7 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
   bucket = prompt_bucket(longest)
   size = cache_size(max(bucket, needed))
   batch = len(prompt_ids)
-  tokens_BxS = np.zeros((batch, size), np.int32)
-  for row, ids in enumerate(prompt_ids):
-    tokens_BxS[row, :len(ids)] = ids
-  prompt_len_B = np.array([len(p) for p in prompt_ids], np.int32)
-  max_new_B = np.full((batch,), max_new_tokens, np.int32)
+  tokens_BxS, prompt_len_B, max_new_B = pack_batch(prompt_ids, size, max_new_tokens)
   eos_ids = tuple(target.config.eos_token_ids) if stop_at_eos else ()
 
   target_params, drafter_params = target.params, (drafter.params() if drafter else ())
@@ -128,7 +139,7 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
   tokens_BxS, n_new_B, rounds, accepted = jax.device_get(
       (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB))
   elapsed = time.perf_counter() - start
-  new_tokens = [tokens_BxS[b, prompt_len_B[b]:prompt_len_B[b] + n_new_B[b]].tolist() for b in range(batch)]
+  new_tokens = unpack_new_tokens(tokens_BxS, prompt_len_B, n_new_B)
   texts = ([target.tokenizer.decode(t, skip_special_tokens=True) for t in new_tokens]
            if target.tokenizer is not None else None)
   stats = summarize(accepted, n_new_B, int(rounds), k, elapsed)

@@ -10,7 +10,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 @functools.lru_cache(maxsize=1)
@@ -30,7 +29,7 @@ def copy_bandwidth_gbs(n_bytes: int = 512 * 2**20, repeats: int = 5) -> float:
 
 def decode_bytes_per_step(param_bytes: int, config, batch: int, mean_context: float) -> float:
   """Parameters once per step plus each row's K and V cache up to its mean filled length."""
-  dtype_bytes = np.dtype(config.dtype).itemsize if config.dtype != "bfloat16" else 2
+  dtype_bytes = jnp.dtype(config.dtype).itemsize
   cache_per_row = 2 * config.n_layers * mean_context * config.n_kv_heads * config.head_dim_ * dtype_bytes
   return param_bytes + batch * cache_per_row
 

@@ -21,6 +21,7 @@ from specjax.benchmark import bandwidth, metrics, quality, tasks, theory
 from specjax.benchmark.phases import run_phase_split
 from specjax.cache import cache_size
 from specjax.engine import generate_program
+from specjax.generate import pack_batch, unpack_new_tokens
 from specjax.generate import prompt_bucket as auto_bucket
 from specjax.sampling import SamplingParams
 
@@ -145,21 +146,13 @@ def _groups(n_prompts: int, batch: int) -> list[list[int]]:
 
 
 class _Inputs:
-  """Host arrays of one call, built the way `specjax.generate` builds them, at the run's shared shape."""
+  """Host arrays of one call, packed as `specjax.generate` packs them, at the run's shared shape."""
 
   def __init__(self, prompt_ids, rows, size, max_new):
-    self.tokens_BxS = np.zeros((len(rows), size), np.int32)
-    for r, i in enumerate(rows):
-      self.tokens_BxS[r, :len(prompt_ids[i])] = prompt_ids[i]
-    self.prompt_len_B = np.array([len(prompt_ids[i]) for i in rows], np.int32)
-    self.max_new_B = np.full((len(rows),), max_new, np.int32)
+    self.tokens_BxS, self.prompt_len_B, self.max_new_B = pack_batch([prompt_ids[i] for i in rows], size, max_new)
 
   def device(self):
     return jnp.asarray(self.tokens_BxS), jnp.asarray(self.prompt_len_B), jnp.asarray(self.max_new_B)
-
-
-def _new_tokens(tokens_BxS, prompt_len_B, n_new_B):
-  return [tokens_BxS[b, prompt_len_B[b]:prompt_len_B[b] + n_new_B[b]].tolist() for b in range(len(n_new_B))]
 
 
 def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
@@ -218,7 +211,7 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
                                                       state.accepted_RxB))
     wall = time.perf_counter() - start
     return {"wall_s": wall, "new_tokens": n_new.tolist(), "accepted": accepted[:int(rounds)].tolist(), "k": cell.k,
-            "tokens": _new_tokens(tokens, inputs.prompt_len_B, n_new)}
+            "tokens": unpack_new_tokens(tokens, inputs.prompt_len_B, n_new)}
 
   groups = _groups(len(prompt_ids), cell.batch_size)
   inputs = [_Inputs(prompt_ids, rows, size, c["max_new_tokens"]) for rows in groups]
@@ -259,7 +252,7 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
     state, timings = run_phase_split(target, drafter, *inp.device(), jax.random.key(c.get("seed", 0)), k=cell.k,
                                      sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket)
     record.update(metrics.summarize_phases(timings))
-    tokens_ps = _new_tokens(*jax.device_get((state.tokens_BxS,)), inp.prompt_len_B, jax.device_get(state.n_new_B))
+    tokens_ps = unpack_new_tokens(*jax.device_get((state.tokens_BxS,)), inp.prompt_len_B, jax.device_get(state.n_new_B))
     record["phase_split_rounds"] = len(timings)
     record["phase_split_matches_fused"] = tokens_ps == first[0]["tokens"]
   return record, {"tokens": tokens, "scores": scores, "texts": texts}
