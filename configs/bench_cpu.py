@@ -16,6 +16,7 @@ def get_config():
   c.methods = ("ar", "draft_model", "prompt_lookup")
   c.categories = ("code", "prose", "structured", "long_context")
   c.ks = (1, 2, 3, 4, 6, 8)
+  c.auto_ks = (1, 2, 4)            # the adaptive policy's candidate K (k="auto" cells); () = no adaptive cells
   c.batch_sizes = (1, 2, 4, 8, 16)
   c.temperatures = (0.0, 1.0)
   c.sweep = "grid"                 # "grid": every K at every batch size; "axes": K sweep at the first batch size,

@@ -11,6 +11,7 @@ from configs import bench_cpu
 def get_config():
   c = bench_cpu.get_config()
   c.ks = (2, 4)
+  c.auto_ks = ()                   # the adaptive policy is tested in tests/test_policy.py; the full run measures it
   c.batch_sizes = (1, 2)
   c.temperatures = (0.0,)
   c.sweep = "axes"                 # K in (2, 4) at batch 1, batch 2 at K=2

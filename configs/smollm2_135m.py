@@ -20,6 +20,7 @@ def get_config():
   config.drafter = "prompt_lookup"   # "none", "prompt_lookup" or "draft_model"
   config.draft_model = "truncate:8"  # for drafter="draft_model": a model source, or truncate:N (the target's first N layers)
   config.k = 4
+  config.adaptive = False            # True: k="auto", the adaptive SpeculationPolicy (K per round, 0 when it does not pay)
   config.compare_autoregressive = True
   config.mesh = ""                   # "" (one device) or "DATAxMODEL", e.g. "2x4"
   return config

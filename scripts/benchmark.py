@@ -12,12 +12,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from specjax import distributed
+
+distributed.define_flags()  # --coordinator_address etc.; auto-detected on a TPU VM slice
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "benchmark config file (configs/bench_*.py)",
                                           lock_config=True)
 
 
 def main(argv):
   del argv
+  distributed.initialize_from_flags()
   import jax
   from specjax.benchmark import report, runner
   config = _CONFIG.value

@@ -1,6 +1,10 @@
 """Generate text (autoregressive and speculative) and print tokens/s.
 
   python scripts/generate.py --config=configs/smollm2_135m.py --config.drafter=prompt_lookup --config.k=4
+
+Multi-host (one process per host, same command everywhere; on TPU VMs the cluster is auto-detected, see docs/tpu.md):
+  python scripts/generate.py --config=... --config.mesh=1x8 --coordinator_address=HOST0:8476 --num_processes=2 \
+      --process_id=0
 """
 
 import os
@@ -12,13 +16,18 @@ from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 import specjax  # noqa: E402
+from specjax import distributed, memory  # noqa: E402
+from specjax.cache import cache_size  # noqa: E402
+from specjax.generate import prompt_bucket  # noqa: E402
 from specjax.cli import drafter_from_config, mesh_from_string, model_from_source  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/smollm2_135m.py", "generation config")
+distributed.define_flags()
 
 
 def _timed(target, prompts, config, drafter, mesh):
-  kwargs = dict(max_new_tokens=config.max_new_tokens, seed=config.seed, drafter=drafter, k=config.k, mesh=mesh,
+  k = "auto" if config.get("adaptive", False) else config.k
+  kwargs = dict(max_new_tokens=config.max_new_tokens, seed=config.seed, drafter=drafter, k=k, mesh=mesh,
                 chat=config.chat and target.tokenizer is not None,
                 sampling=specjax.SamplingParams(config.temperature, config.top_k, config.top_p))
   first = specjax.generate(target, prompts, **kwargs)  # includes compilation
@@ -29,6 +38,7 @@ def _timed(target, prompts, config, drafter, mesh):
 
 def main(argv):
   del argv
+  distributed.initialize_from_flags()  # before anything touches devices
   config = _CONFIG.value
   specjax.enable_compilation_cache()
   target = model_from_source(config.model, config.dtype)
@@ -42,12 +52,14 @@ def main(argv):
   if config.compare_autoregressive or drafter is None:
     runs.append(("autoregressive", None))
   if drafter is not None:
-    runs.append((f"speculative ({config.drafter}, k={config.k})", drafter))
+    runs.append((f"speculative ({config.drafter}, k={'auto' if config.get('adaptive', False) else config.k})",
+                 drafter))
   rates = {}
   for label, run_drafter in runs:
     result, rate, first_s = _timed(target, prompts, config, run_drafter, mesh)
     rates[label] = rate
-    print(f"\n== {label}: {rate:.1f} tokens/s (batch {len(prompts)}; first call incl. compile {first_s:.1f} s)")
+    print(f"\n== {label}: {rate:.1f} tokens/s (batch {len(prompts)}; first call incl. compile {first_s:.1f} s; "
+          f"time to first token {1e3 * result.stats.first_token_s:.0f} ms)")
     if run_drafter is not None:
       print(f"   accepted drafts per round {result.stats.mean_accepted_per_round:.2f}, tokens per round "
             f"{result.stats.mean_tokens_per_round:.2f}, acceptance rate {result.stats.acceptance_rate:.2f}")
@@ -57,6 +69,13 @@ def main(argv):
   if len(rates) == 2:
     ar, spec = rates.values()
     print(f"\nspeculative / autoregressive: {spec / ar:.2f}x (same run, same prompts)")
+  longest = max(len(p) for p in result.prompt_tokens)
+  size = cache_size(max(prompt_bucket(longest), longest + config.max_new_tokens + result.stats.k))
+  peak = memory.peak_resident_bytes()
+  budget = memory.budget_bytes(target.param_bytes, target.config, len(prompts), size)
+  print(f"peak resident memory {peak / memory.GiB:.2f} GiB; parameters {target.param_bytes / memory.GiB:.2f} GiB + "
+        f"cache {memory.cache_bytes(target.config, len(prompts), size) / memory.GiB:.3f} GiB + 1 GiB = "
+        f"{budget / memory.GiB:.2f} GiB ({'within' if peak <= budget else 'OVER'} budget)")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ import numpy as np
 from specjax.cache import cache_size
 from specjax.drafters.base import Drafter
 from specjax.engine import generate_program
+from specjax.calibration import calibrate_round_cost
+from specjax.distributed import host_values
 from specjax.model import Model
+from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
 from specjax.stats import GenerationStats, summarize
 
@@ -74,11 +77,18 @@ def encode_prompts(target: Model, prompts, chat: bool) -> list[list[int]]:
   return encoded
 
 
-def check_k(k, drafter) -> int:
+def check_k(k, drafter):
+  """0 without a drafter; else an int K or a SpeculationPolicy ("auto" = the default policy)."""
   if drafter is None:
     return 0
+  if isinstance(k, str) and k == "auto":
+    k = SpeculationPolicy(ks=tuple(x for x in SpeculationPolicy().ks if x <= drafter.max_k))
+  if isinstance(k, SpeculationPolicy):
+    if k.max_k > drafter.max_k:
+      raise ValueError(f"policy K={k.max_k} exceeds what {type(drafter).__name__} allows (max_k={drafter.max_k})")
+    return k
   if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-    raise ValueError(f"k must be an int >= 1, got {k!r}")
+    raise ValueError(f"k must be an int >= 1, 'auto' or a SpeculationPolicy, got {k!r}")
   if k < 1:
     raise ValueError(f"k must be >= 1 for speculative decoding, got {k}")
   if k > drafter.max_k:
@@ -96,10 +106,25 @@ def check_drafter(target: Model, drafter) -> None:
                      f"{target.config.vocab_size}; draft and target must share one vocabulary")
 
 
+_COSTS: dict = {}
+
+
+def policy_costs(target_params, drafter_params, host_inputs, policy, program) -> np.ndarray:
+  """Round costs for this policy, program and batch shape: measured once per process, then reused."""
+  key = (policy, tuple(sorted(program.items(), key=lambda kv: kv[0])), host_inputs[0].shape)
+  if key not in _COSTS:
+    _COSTS[key] = calibrate_round_cost(target_params, drafter_params, host_inputs, policy=policy, **program)
+  return _COSTS[key]
+
+
 def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-             seed: int = 0, drafter: Drafter | None = None, k: int = 4, stop_at_eos: bool = True, mesh=None,
+             seed: int = 0, drafter: Drafter | None = None, k: "int | str | SpeculationPolicy" = 4, stop_at_eos: bool = True, mesh=None,
              chat: bool = False) -> GenerationResult:
-  """Generates up to max_new_tokens per prompt: autoregressive without a drafter, speculative with one."""
+  """Generates up to max_new_tokens per prompt: autoregressive without a drafter, speculative with one.
+
+  k: drafts per round, or "auto" / a SpeculationPolicy to pick K (0 included) every round from the measured
+  acceptance and the round costs measured on this machine the first time a shape is seen.
+  """
   if not isinstance(target, Model):
     raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
   if not isinstance(sampling, SamplingParams):
@@ -113,13 +138,14 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
     check_mesh(mesh)
   prompt_ids = encode_prompts(target, prompts, chat)
   longest = max(len(p) for p in prompt_ids)
-  needed = longest + max_new_tokens + k
+  max_k = k.max_k if isinstance(k, SpeculationPolicy) else k
+  needed = longest + max_new_tokens + max_k
   limits = [("target", target.config.max_seq_len)]
   if drafter is not None and drafter.max_seq_len:
     limits.append(("drafter", drafter.max_seq_len))
   for who, limit in limits:
     if needed > limit:
-      raise ValueError(f"prompt length {longest} + max_new_tokens {max_new_tokens} + k {k} = {needed} exceeds the "
+      raise ValueError(f"prompt length {longest} + max_new_tokens {max_new_tokens} + k {max_k} = {needed} exceeds the "
                        f"{who}'s max_seq_len {limit}")
   bucket = prompt_bucket(longest)
   size = cache_size(max(bucket, needed))
@@ -132,15 +158,20 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
   if mesh is not None:
     from specjax.sharding import place_for_generation
     target_params, drafter_params, inputs = place_for_generation(mesh, target, drafter, inputs)
-  start = time.perf_counter()
-  state = generate_program(target_params, drafter_params, *inputs, jax.random.key(seed), graphdef=target.graphdef,
-                           drafter=drafter, sampling=sampling, k=k, eos_ids=eos_ids, prompt_bucket=bucket,
-                           mesh=mesh)
-  tokens_BxS, n_new_B, rounds, accepted = jax.device_get(
-      (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB))
+  program = dict(graphdef=target.graphdef, drafter=drafter, sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket,
+                 mesh=mesh)
+  policy_inputs = ()
+  if isinstance(k, SpeculationPolicy):
+    policy_inputs = (jnp.asarray(policy_costs(target_params, drafter_params, (tokens_BxS, prompt_len_B), k,
+                                              program)), jnp.int32(-1))
+  start, timings = time.perf_counter(), {}
+  state = generate_program(target_params, drafter_params, *inputs, jax.random.key(seed), k=k, timings=timings,
+                           policy_inputs=policy_inputs, **program)
+  tokens_BxS, n_new_B, rounds, accepted, k_R = host_values(
+      (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB, state.k_R))
   elapsed = time.perf_counter() - start
   new_tokens = unpack_new_tokens(tokens_BxS, prompt_len_B, n_new_B)
   texts = ([target.tokenizer.decode(t, skip_special_tokens=True) for t in new_tokens]
            if target.tokenizer is not None else None)
-  stats = summarize(accepted, n_new_B, int(rounds), k, elapsed)
+  stats = summarize(accepted, n_new_B, int(rounds), max_k, elapsed, timings["first_token_s"], k_R)
   return GenerationResult(tokens=new_tokens, texts=texts, stats=stats, prompt_tokens=prompt_ids)

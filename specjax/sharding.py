@@ -15,6 +15,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from specjax.cache import KVCache
 from specjax.config import ModelConfig
+from specjax.kernels import use_kernels
+from specjax.model import abstract_params
 
 AXES = ("data", "model")
 
@@ -32,6 +34,17 @@ def make_mesh(data: int | None = None, model: int | None = None, devices=None) -
   if data * model != n or data < 1 or model < 1:
     raise ValueError(f"mesh shape ({data}, {model}) does not use exactly the {n} available devices")
   return Mesh(np.array(devices).reshape(data, model), AXES)
+
+
+def parse_mesh_shape(shape: str) -> tuple[int, int]:
+  """(data, model) from "DATAxMODEL", e.g. "1x16"."""
+  try:
+    data, model = (int(x) for x in str(shape).lower().split("x"))
+  except ValueError:
+    raise ValueError(f"mesh must look like DATAxMODEL (e.g. 2x4), got {shape!r}") from None
+  if data < 1 or model < 1:
+    raise ValueError(f"mesh sizes must be >= 1, got {shape!r}")
+  return data, model
 
 
 def check_mesh(mesh) -> Mesh:
@@ -64,6 +77,21 @@ def _param_spec(path: str, shape: tuple, config: ModelConfig, model_size: int) -
   return P()
 
 
+def check_divides(config: ModelConfig, model_size: int, who: str = "model") -> None:
+  """Strict form of the rules for large models: the "model" axis must split the query heads, the FFN width and
+  the vocabulary evenly (a silently replicated 70B parameter would not fit). KV heads may replicate."""
+  for name in ("n_heads", "ffn_dim", "vocab_size"):
+    value = getattr(config, name)
+    if value % model_size:
+      raise ValueError(f"the mesh's model axis of size {model_size} does not divide the {who}'s {name}={value} "
+                       f"({value} % {model_size} = {value % model_size}); choose a model axis that divides it")
+
+
+def named_param_sharding(mesh: Mesh, config: ModelConfig, name: str, shape: tuple) -> NamedSharding:
+  """The sharding of the parameter at dotted path `name` (e.g. "layers.0.attn.q.kernel")."""
+  return NamedSharding(mesh, _param_spec(name, tuple(shape), config, mesh.shape["model"]))
+
+
 def param_shardings(mesh: Mesh, config: ModelConfig, params: nnx.State):
   """A pytree of NamedShardings matching `params`."""
   model_size = mesh.shape["model"]
@@ -74,6 +102,13 @@ def param_shardings(mesh: Mesh, config: ModelConfig, params: nnx.State):
     return NamedSharding(mesh, _param_spec(".".join(names), leaf.shape, config, model_size))
 
   return jax.tree_util.tree_map_with_path(spec_for, params)
+
+
+def abstract_sharded_params(mesh: Mesh, config: ModelConfig):
+  """(graphdef, params as ShapeDtypeStructs carrying their mesh sharding): for AOT compiles and sharded restores."""
+  graphdef, params = abstract_params(config)
+  shardings = param_shardings(mesh, config, params)
+  return graphdef, jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), params, shardings)
 
 
 def cache_sharding(mesh: Mesh, config: ModelConfig, batch: int) -> KVCache:
@@ -115,7 +150,8 @@ def sharded_verify(mesh: Mesh, target, batch: int):
   logits = batch_sharding(mesh, batch, 3)
 
   def verify_call(params, tokens_BxT, positions_BxT, kv_cache):
-    logits_BxTxV, _, kv_cache = nnx.merge(graphdef, params)(tokens_BxT, positions_BxT, kv_cache)
+    with use_kernels(False):  # a custom call has no partitioning rule: keep XLA's dot so the weights stay split
+      logits_BxTxV, _, kv_cache = nnx.merge(graphdef, params)(tokens_BxT, positions_BxT, kv_cache)
     return logits_BxTxV, kv_cache
 
   return jax.jit(verify_call, in_shardings=(param_shardings(mesh, config, target.params), rows, rows, cache),

@@ -5,6 +5,7 @@ import os
 
 # Eight host devices for the sharding tests; must be set before jax initialises its backend.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # libtpu (the tpu extra, for AOT compiles) must not probe for chips
 
 import jax
 import jax.numpy as jnp

@@ -13,9 +13,17 @@ def test_generate_script_runs_autoregressive_and_speculative():
   assert out.returncode == 0, out.stderr[-2000:]
   assert "== autoregressive:" in out.stdout and "== speculative (draft_model, k=4)" in out.stdout
   assert "speculative / autoregressive:" in out.stdout
+  assert "time to first token" in out.stdout and "(within budget)" in out.stdout   # peak RSS vs params + cache + 1 GiB
 
 
 def test_generate_script_names_an_unknown_drafter():
   out = subprocess.run([sys.executable, "scripts/generate.py", "--config=configs/tiny.py", "--config.drafter=magic"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert out.returncode != 0 and "unknown drafter 'magic'" in out.stderr
+
+
+def test_generate_script_runs_the_adaptive_policy():
+  out = subprocess.run([sys.executable, "scripts/generate.py", "--config=configs/tiny.py", "--config.adaptive=True",
+                        "--config.drafter=prompt_lookup"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "== speculative (prompt_lookup, k=auto)" in out.stdout

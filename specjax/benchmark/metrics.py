@@ -1,7 +1,8 @@
 """Metrics from per-call records of the generation loop (host-side numpy; no model work).
 
 A *call record* is one fused `generate_program` run over a batch:
-  {"wall_s": float, "new_tokens": [per row], "accepted": [[per round per row]] with -1 for inactive rows, "k": int}.
+  {"wall_s": float, "first_token_s": float, "new_tokens": [per row], "accepted": [[per round per row]] with -1 for
+  inactive rows, "k": int}.
 Definitions follow `specjax.stats`: tokens per round = accepted + 1 over active row-rounds; the first token (from
 the prefill) belongs to no round.
 """
@@ -9,10 +10,25 @@ the prefill) belongs to no round.
 import numpy as np
 
 
+def _active_with_k(records, k: int):
+  """Accepted drafts of every active row-round, and the K proposed in that round (a record's "k_R" when the
+  adaptive policy chose K per round, else k)."""
+  accepted, ks = [], []
+  for r in records:
+    if not len(r["accepted"]):
+      continue
+    a_RxB = np.asarray(r["accepted"], np.int64).reshape(len(r["accepted"]), -1)
+    k_R = np.asarray(r["k_R"], np.int64) if r.get("k_R") is not None else np.full(a_RxB.shape[0], k)
+    k_RxB = np.broadcast_to(k_R[:, None], a_RxB.shape)
+    accepted.append(a_RxB[a_RxB >= 0])
+    ks.append(k_RxB[a_RxB >= 0])
+  if not accepted:
+    return np.zeros((0,), np.int64), np.zeros((0,), np.int64)
+  return np.concatenate(accepted), np.concatenate(ks)
+
+
 def _active(records):
-  accepted = [np.asarray(r["accepted"], np.int64).reshape(-1) for r in records if len(r["accepted"])]
-  values = np.concatenate(accepted) if accepted else np.zeros((0,), np.int64)
-  return values[values >= 0]
+  return _active_with_k(records, 0)[0]
 
 
 def tokens_per_round(records) -> float | None:
@@ -22,20 +38,26 @@ def tokens_per_round(records) -> float | None:
 
 def acceptance_rate(records, k: int) -> float | None:
   """Accepted drafts / proposed drafts (K per active row-round); None for autoregressive (k = 0)."""
-  active = _active(records)
-  if not k or not active.size:
+  active, k_per = _active_with_k(records, k)
+  if not k or not k_per.sum():
     return None
-  return float(active.sum() / (active.size * k))
+  return float(active.sum() / k_per.sum())
 
 
 def alpha_estimate(records, k: int) -> float | None:
   """Per-position acceptance probability alpha under Leviathan et al.'s i.i.d. model (its maximum-likelihood
   estimate): accepted drafts / drafts that were tested (a round that accepts n < K drafts tested n + 1)."""
-  active = _active(records)
+  active, k_per = _active_with_k(records, k)
   if not k or not active.size:
     return None
-  tested = np.minimum(active + 1, k).sum()
+  tested = np.minimum(active + 1, k_per).sum()
   return float(active.sum() / tested) if tested else None
+
+
+def mean_k(records, k: int) -> float | None:
+  """Drafts proposed per active row-round (K itself unless the adaptive policy varied it)."""
+  _, k_per = _active_with_k(records, k)
+  return float(k_per.mean()) if k_per.size else None
 
 
 def throughput(records) -> float:
@@ -65,11 +87,13 @@ def summarize_calls(records, k: int) -> dict:
   lat = latencies_ms_per_token(records)
   return {
       "tokens_per_round": tokens_per_round(records),
+      "mean_k": mean_k(records, k),
       "acceptance_rate": acceptance_rate(records, k),
       "alpha": alpha_estimate(records, k),
       "throughput_tok_s": throughput(records),
       "latency_ms_per_token_p50": percentile(lat, 50),
       "latency_ms_per_token_p90": percentile(lat, 90),
+      "ttft_ms_p50": percentile([1e3 * r["first_token_s"] for r in records if "first_token_s" in r], 50),
       "new_tokens": int(sum(int(np.sum(r["new_tokens"])) for r in records)),
       "rounds": int(sum(len(r["accepted"]) for r in records)),
       "wall_s": float(sum(r["wall_s"] for r in records)),

@@ -16,18 +16,10 @@ from flax import nnx
 from specjax import engine
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "sampling", "prompt_bucket", "eos_ids", "max_rounds"))
-def _prefill(target_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, *, graphdef, sampling, prompt_bucket,
-             eos_ids, max_rounds):
-  target = nnx.merge(graphdef, target_params)
-  return engine.prefill(target, None, (), tokens_BxS, prompt_len_B, max_new_B,
-                        engine.row_keys(seed_key, tokens_BxS.shape[0]), sampling=sampling,
-                        prompt_bucket=prompt_bucket, eos_ids=eos_ids, max_rounds=max_rounds)
-
-
 @functools.partial(jax.jit, static_argnames=("drafter", "prompt_bucket"))
-def _drafter_init(drafter_params, tokens_BxS, prompt_len_B, *, drafter, prompt_bucket):
-  return drafter.init(drafter_params, tokens_BxS, prompt_len_B, prompt_bucket)
+def _drafter_init(drafter_params, tokens_BxS, prompt_len_B, features, *, drafter, prompt_bucket):
+  return drafter.init(drafter_params, tokens_BxS, prompt_len_B, prompt_bucket,
+                      features=features if drafter.feature_layers is not None else None)
 
 
 @functools.partial(jax.jit, static_argnames=("drafter", "k", "sampling", "vocab_size"))
@@ -35,16 +27,16 @@ def _draft(drafter_params, state, *, drafter, k, sampling, vocab_size):
   return engine.draft(drafter, drafter_params, state, k=k, sampling=sampling, vocab_size=vocab_size)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _verify(target_params, state, draft_BxK, *, graphdef):
-  return engine.verify(nnx.merge(graphdef, target_params), state, draft_BxK)
+@functools.partial(jax.jit, static_argnames=("graphdef", "feature_layers"))
+def _verify(target_params, state, draft_BxK, *, graphdef, feature_layers):
+  return engine.verify(nnx.merge(graphdef, target_params), state, draft_BxK, feature_layers)
 
 
 @functools.partial(jax.jit, static_argnames=("drafter", "sampling", "eos_ids"))
-def _accept(drafter_params, state, logits, q, draft_BxK, cache, draft_state, max_new_B, *, drafter, sampling,
-            eos_ids):
+def _accept(drafter_params, state, logits, q, draft_BxK, cache, draft_state, max_new_B, features, *, drafter,
+            sampling, eos_ids):
   return engine.accept_and_commit(drafter, drafter_params, state, logits, q, draft_BxK, cache, draft_state,
-                                  max_new_B, sampling=sampling, eos_ids=eos_ids)
+                                  max_new_B, sampling=sampling, eos_ids=eos_ids, features=features)
 
 
 def run_phase_split(target, drafter, tokens_BxS, prompt_len_B, max_new_B, seed_key, *, k: int, sampling,
@@ -57,11 +49,14 @@ def run_phase_split(target, drafter, tokens_BxS, prompt_len_B, max_new_B, seed_k
   vocab = target.config.vocab_size
   drafter_params = drafter.params() if drafter is not None else ()
   max_rounds = tokens_BxS.shape[1]
-  state = _prefill(target.params, tokens_BxS, prompt_len_B, max_new_B, seed_key, graphdef=target.graphdef,
-                   sampling=sampling, prompt_bucket=prompt_bucket, eos_ids=eos_ids, max_rounds=max_rounds)
+  feature_layers = engine.feature_layers_of(drafter)
+  state = engine.prefill_program(target.params, tokens_BxS, prompt_len_B, max_new_B, seed_key,
+                                 graphdef=target.graphdef, sampling=sampling, eos_ids=eos_ids,
+                                 prompt_bucket=prompt_bucket, feature_layers=feature_layers)
   if drafter is not None:
     state = state.replace(draft_state=_drafter_init(drafter_params, state.tokens_BxS, prompt_len_B,
-                                                    drafter=drafter, prompt_bucket=prompt_bucket))
+                                                    state.prompt_features, drafter=drafter,
+                                                    prompt_bucket=prompt_bucket), prompt_features=())
   jax.block_until_ready(state)
 
   def one_round(state, timings):
@@ -69,10 +64,11 @@ def run_phase_split(target, drafter, tokens_BxS, prompt_len_B, max_new_B, seed_k
     draft_BxK, q, draft_state = jax.block_until_ready(
         _draft(drafter_params, state, drafter=drafter, k=k, sampling=sampling, vocab_size=vocab))
     t1 = time.perf_counter()
-    logits, cache = jax.block_until_ready(_verify(target.params, state, draft_BxK, graphdef=target.graphdef))
+    logits, cache, features = jax.block_until_ready(_verify(target.params, state, draft_BxK,
+                                                            graphdef=target.graphdef, feature_layers=feature_layers))
     t2 = time.perf_counter()
     state = jax.block_until_ready(_accept(drafter_params, state, logits, q, draft_BxK, cache, draft_state, max_new_B,
-                                          drafter=drafter, sampling=sampling, eos_ids=eos_ids))
+                                          features, drafter=drafter, sampling=sampling, eos_ids=eos_ids))
     t3 = time.perf_counter()
     if timings is not None:
       timings.append({"draft_s": t1 - t0, "verify_s": t2 - t1, "accept_s": t3 - t2})

@@ -28,6 +28,11 @@ def _ours(records):
   return [r for r in records if r.get("implementation", "specjax") == "specjax"]
 
 
+def _k_order(k):
+  """Fixed K in order, then "auto"."""
+  return (isinstance(k, str), k if not isinstance(k, str) else 0)
+
+
 def _spec_methods(records):
   return sorted({r["method"] for r in _ours(records)} - {"ar"})
 
@@ -35,7 +40,7 @@ def _spec_methods(records):
 def speedup_by_category_table(records, method, batch, temperature) -> str:
   rows = [r for r in _ours(records) if r["method"] == method and r["batch_size"] == batch
           and r["temperature"] == temperature]
-  ks = sorted({r["k"] for r in rows})
+  ks = sorted({r["k"] for r in rows}, key=_k_order)
   cats = list(dict.fromkeys(r["category"] for r in rows))
   cell = {(r["category"], r["k"]): r["speedup_vs_ar"] for r in rows}
   body = [[cat] + [cell.get((cat, k)) for k in ks] for cat in cats]
@@ -44,11 +49,45 @@ def speedup_by_category_table(records, method, batch, temperature) -> str:
 
 def speedup_by_batch_table(records, method, temperature) -> str:
   rows = [r for r in _ours(records) if r["method"] == method and r["temperature"] == temperature]
-  ks = sorted({r["k"] for r in rows})
+  ks = sorted({r["k"] for r in rows}, key=_k_order)
   batches = sorted({r["batch_size"] for r in rows})
   body = [[b] + [geometric_mean([r["speedup_vs_ar"] for r in rows if r["batch_size"] == b and r["k"] == k])
                  for k in ks] for b in batches]
   return _table(["batch size"] + [f"K={k}" for k in ks], body)
+
+
+def adaptive_section(ours) -> list[str]:
+  """The adaptive policy against autoregressive decoding in every (category, batch size, temperature) cell."""
+  rows = [r for r in ours if r["k"] == "auto"]
+  if not rows:
+    return []
+  worst = min(rows, key=lambda r: r["speedup_vs_ar"] or 0.0)
+  table = [[r["method"], r["category"], r["batch_size"], r["temperature"], r.get("mean_k"), r["tokens_per_round"],
+            r["speedup_vs_ar"]] for r in rows]
+  return [f"## Adaptive K (`k=\"auto\"`): speedup vs autoregressive in every cell (lowest: "
+          f"{_fmt(worst['speedup_vs_ar'])}, {worst['method']} {worst['category']} B={worst['batch_size']} "
+          f"T={worst['temperature']:g})", "",
+          _table(["method", "category", "B", "T", "mean K", "tok/round", "speedup"], table), ""]
+
+
+def stops_paying_section(ours) -> list[str]:
+  """Per category and method: the smallest batch size at which no fixed K beats autoregressive decoding."""
+  fixed = [r for r in ours if r["method"] != "ar" and not isinstance(r["k"], str) and r["speedup_vs_ar"]]
+  if not fixed:
+    return []
+  rows = []
+  for method in sorted({r["method"] for r in fixed}):
+    for temp in sorted({r["temperature"] for r in fixed}):
+      for cat in dict.fromkeys(r["category"] for r in fixed):
+        best = {}
+        for r in fixed:
+          if (r["method"], r["temperature"], r["category"]) == (method, temp, cat):
+            best[r["batch_size"]] = max(best.get(r["batch_size"], 0.0), r["speedup_vs_ar"])
+        stops = next((b for b in sorted(best) if best[b] < 1.0), None)
+        rows.append([method, cat, temp, stops if stops is not None else f"> {max(best)}",
+                     " ".join(f"B{b}:{best[b]:.2f}" for b in sorted(best))])
+  return ["## Where speculation stops paying (smallest batch size whose best fixed K is below 1x)", "",
+          _table(["method", "category", "T", "stops paying at B", "best speedup by batch"], rows), ""]
 
 
 def write_report(records, settings: dict, output_dir: str) -> str:
@@ -68,6 +107,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
                 speedup_by_category_table(records, method, batches[0], temp), "",
                 f"## {method}: speedup by batch size x K (geometric mean over categories, temperature {temp:g})", "",
                 speedup_by_batch_table(records, method, temp), ""]
+  parts += adaptive_section(ours) + stops_paying_section(ours)
   ar_rows = [r for r in ours if r["method"] == "ar" and r.get("bandwidth_bound_tok_s")]
   if ar_rows:
     parts += ["## Autoregressive decoding against the memory-bandwidth bound", "",
@@ -148,7 +188,7 @@ def write_plots(records, output_dir: str) -> list[str]:
   for ax, cat in zip(axes[0], cats):
     for method in methods:
       rows = sorted((r["k"], r["speedup_vs_ar"]) for r in ours if r["method"] == method and r["category"] == cat
-                    and r["batch_size"] == batch and r["temperature"] == temp)
+                    and r["batch_size"] == batch and r["temperature"] == temp and not isinstance(r["k"], str))
       if rows:
         ax.plot(*zip(*rows), marker="o", label=method)
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
@@ -164,7 +204,7 @@ def write_plots(records, output_dir: str) -> list[str]:
                            ("latency_ms_per_token_p50", "ms / token (p50)", "latency_vs_batch.png")):
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for method in ["ar"] + methods:
-      for k in sorted({r["k"] for r in ours if r["method"] == method}):
+      for k in sorted({r["k"] for r in ours if r["method"] == method}, key=_k_order):
         points = {}
         for r in ours:
           if r["method"] == method and r["k"] == k and r["temperature"] == temp and r[key] is not None:

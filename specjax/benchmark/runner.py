@@ -23,6 +23,9 @@ from specjax.cache import cache_size
 from specjax.engine import generate_program
 from specjax.generate import pack_batch, unpack_new_tokens
 from specjax.generate import prompt_bucket as auto_bucket
+from specjax.calibration import calibrate_round_cost
+from specjax.distributed import host_values
+from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
 
 METHODS = ("ar", "draft_model", "prompt_lookup")
@@ -35,10 +38,13 @@ REQUIRED_KEYS = ("method", "k", "batch_size", "category", "temperature", "tokens
                  "quality", "machine", "jax_version", "devices")
 
 
+AUTO = "auto"
+
+
 @dataclasses.dataclass(frozen=True)
 class Cell:
   method: str
-  k: int
+  k: int | str          # drafts per round, or "auto" (the adaptive SpeculationPolicy over config.auto_ks)
   batch_size: int
   temperature: float
 
@@ -64,7 +70,10 @@ def validate_config(config) -> dict:
     raise ValueError(f"unknown or no categories {unknown or list(categories)}; known: {list(tasks.CATEGORIES)}")
   c["categories"] = tuple(dict.fromkeys(categories))
   c["ks"] = _ints("ks", c.get("ks", (4,)), 1)
-  if max(c["ks"]) > MAX_K:
+  c["auto_ks"] = _ints("auto_ks", c.get("auto_ks", (1, 2, 4)), 1) if c.get("auto_ks", (1,)) else ()
+  if c["auto_ks"]:
+    SpeculationPolicy(ks=c["auto_ks"])  # names a bad list
+  if max(c["ks"] + c["auto_ks"]) > MAX_K:
     raise ValueError(f"config.ks must be <= {MAX_K}, got {list(c['ks'])}")
   c["batch_sizes"] = _ints("batch_sizes", c.get("batch_sizes", (1,)), 1)
   c["phase_split_batch_sizes"] = tuple(int(b) for b in c.get("phase_split_batch_sizes", ()))
@@ -95,7 +104,8 @@ def validate_config(config) -> dict:
 
 def plan(c: dict) -> list[Cell]:
   """Cells to run: AR at every batch size, plus each drafter method over K x batch size ('grid') or over K at the
-  first batch size and over batch sizes at the first K ('axes', fewer compilations)."""
+  first batch size and over batch sizes at the first K ('axes', fewer compilations); the adaptive K ("auto") at
+  every batch size ('grid') or at the first ('axes')."""
   cells = []
   for temp, batch in itertools.product(c["temperatures"], c["batch_sizes"]):
     cells.append(Cell("ar", 0, batch, temp))
@@ -103,6 +113,8 @@ def plan(c: dict) -> list[Cell]:
       for k in c["ks"]:
         if c.get("sweep", "grid") == "grid" or batch == c["batch_sizes"][0] or k == c["ks"][0]:
           cells.append(Cell(method, k, batch, temp))
+      if c["auto_ks"] and (c.get("sweep", "grid") == "grid" or batch == c["batch_sizes"][0]):
+        cells.append(Cell(method, AUTO, batch, temp))
   return cells
 
 
@@ -170,7 +182,7 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   prompt_ids = {cat: [_encode(target, p["prompt"], c) for p in suite[cat]] for cat in c["categories"]}
   buckets = {cat: max(c["prompt_bucket"], auto_bucket(max(map(len, ids)))) for cat, ids in prompt_ids.items()}
   longest = max(max(map(len, ids)) for ids in prompt_ids.values())
-  needed = longest + c["max_new_tokens"] + max(c["ks"])
+  needed = longest + c["max_new_tokens"] + max(c["ks"] + c["auto_ks"])
   if needed > target.config.max_seq_len:
     raise ValueError(f"longest prompt {longest} + max_new_tokens + max K = {needed} exceeds the model's max_seq_len "
                      f"{target.config.max_seq_len}; lower max_new_tokens or set max_prompt_tokens")
@@ -201,24 +213,35 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
 def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, size, eos_ids, c, compiled):
   sampling = SamplingParams(temperature=cell.temperature)
   drafter_params = drafter.params() if drafter is not None else ()
-  static = dict(graphdef=target.graphdef, drafter=drafter, sampling=sampling, k=cell.k, eos_ids=eos_ids,
-                prompt_bucket=bucket)
-
-  def call(inputs, seed):
-    start = time.perf_counter()
-    state = generate_program(target.params, drafter_params, *inputs.device(), jax.random.key(seed), **static)
-    tokens, n_new, rounds, accepted = jax.device_get((state.tokens_BxS, state.n_new_B, state.round,
-                                                      state.accepted_RxB))
-    wall = time.perf_counter() - start
-    return {"wall_s": wall, "new_tokens": n_new.tolist(), "accepted": accepted[:int(rounds)].tolist(), "k": cell.k,
-            "tokens": unpack_new_tokens(tokens, inputs.prompt_len_B, n_new)}
-
+  auto = cell.k == AUTO
+  k = SpeculationPolicy(ks=c["auto_ks"]) if auto else cell.k
+  max_k = k.max_k if auto else k
+  program = dict(graphdef=target.graphdef, drafter=drafter, sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket)
   groups = _groups(len(prompt_ids), cell.batch_size)
   inputs = [_Inputs(prompt_ids, rows, size, c["max_new_tokens"]) for rows in groups]
+  round_cost = None
+  policy_inputs = ()
+  if auto:  # measured on this cell's own program and inputs, in this run (compiles the program)
+    round_cost = calibrate_round_cost(target.params, drafter_params, (inputs[0].tokens_BxS, inputs[0].prompt_len_B),
+                                      policy=k, **program)
+    policy_inputs = (jnp.asarray(round_cost), jnp.int32(-1))
+
+  def call(inputs, seed):
+    start, timings = time.perf_counter(), {}
+    state = generate_program(target.params, drafter_params, *inputs.device(), jax.random.key(seed), k=k,
+                             timings=timings, policy_inputs=policy_inputs, **program)
+    tokens, n_new, rounds, accepted, k_R = host_values((state.tokens_BxS, state.n_new_B, state.round,
+                                                           state.accepted_RxB, state.k_R))
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "first_token_s": timings["first_token_s"], "new_tokens": n_new.tolist(),
+            "accepted": accepted[:int(rounds)].tolist(), "k": max_k, "k_R": k_R[:int(rounds)].tolist(),
+            "tokens": unpack_new_tokens(tokens, inputs.prompt_len_B, n_new)}
+
   key = (cell.method, cell.k, cell.batch_size, cell.temperature, bucket)
-  compile_s = None
+  compile_s = first_call_ttft_s = None
   if key not in compiled:
-    compile_s = call(inputs[0], c.get("seed", 0))["wall_s"]
+    first = call(inputs[0], c.get("seed", 0))
+    compile_s, first_call_ttft_s = first["wall_s"], first["first_token_s"]
     compiled.add(key)
   calls = []
   for repeat in range(c["repeats"]):
@@ -234,9 +257,11 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
             for r, i in enumerate(rows)]
   record = {"method": cell.method, "k": cell.k, "batch_size": cell.batch_size, "category": category,
             "temperature": cell.temperature, "implementation": "specjax",
-            **metrics.summarize_calls(calls, cell.k),
+            **metrics.summarize_calls(calls, max_k),
+            "auto_ks": list(c["auto_ks"]) if auto else None,
+            "auto_round_cost": round_cost.tolist() if round_cost is not None else None,
             "draft_ms_per_round": None, "verify_ms_per_round": None, "accept_ms_per_round": None,
-            "compile_s": compile_s, "prompt_bucket": bucket, "cache_size": size, "n_calls": len(calls),
+            "compile_s": compile_s, "first_call_ttft_s": first_call_ttft_s, "prompt_bucket": bucket, "cache_size": size, "n_calls": len(calls),
             "prompt_tokens_mean": float(np.mean([len(prompt_ids[i]) for i in rows])),
             "quality": quality.aggregate(category, scores),
             "fused_ms_per_round": 1e3 * sum(x["wall_s"] for x in calls) / max(sum(len(x["accepted"]) for x in calls), 1)}
@@ -247,7 +272,7 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
                                                                  mean_context, bandwidth.copy_bandwidth_gbs())
   record["fraction_of_bandwidth_bound"] = (record["throughput_tok_s"] / record["bandwidth_bound_tok_s"]
                                            if record["throughput_tok_s"] else None)
-  if cell.batch_size in c["phase_split_batch_sizes"]:
+  if cell.batch_size in c["phase_split_batch_sizes"] and not auto:
     inp = inputs[0]
     state, timings = run_phase_split(target, drafter, *inp.device(), jax.random.key(c.get("seed", 0)), k=cell.k,
                                      sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket)
@@ -285,6 +310,9 @@ def _theory(rec, base, cell):
   rec.update(predicted_speedup=None, predicted_speedup_theorem=None, expected_tokens_per_round=None,
              cost_ratio_c=None, verify_cost_ratio=None, theory_gap=None)
   alpha = rec.get("alpha")
+  if cell.k == AUTO:
+    rec["theory_gap"] = "adaptive K: the policy mixes K per round, so no single-K prediction applies"
+    return
   if alpha is None:
     rec["theory_gap"] = "no verification rounds: nothing to predict from"
     return

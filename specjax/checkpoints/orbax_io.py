@@ -14,6 +14,7 @@ import orbax.checkpoint as ocp
 
 from specjax.config import ModelConfig
 from specjax.model import Model, model_from_flat_params
+from specjax.sharding import check_mesh, named_param_sharding
 from specjax.tokenizer import Tokenizer
 
 MARKER = "specjax_checkpoint.json"
@@ -109,8 +110,17 @@ def save_model(model: Model, directory: str | os.PathLike, overwrite: bool = Fal
   return directory
 
 
-def load_orbax(directory: str | os.PathLike, dtype: str | None = None) -> Model:
-  """The Model written by `save_model`; parameters are restored directly in `dtype` (default: as saved)."""
+def _sharding(mesh, config: ModelConfig, name: str, shape) -> jax.sharding.Sharding:
+  if mesh is None:
+    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return named_param_sharding(check_mesh(mesh), config, name, shape)
+
+
+def load_orbax(directory: str | os.PathLike, dtype: str | None = None, mesh=None) -> Model:
+  """The Model written by `save_model`; parameters are restored directly in `dtype` (default: as saved).
+
+  With a ("data", "model") `mesh`, every parameter is restored straight into its mesh layout (specjax.sharding
+  rules): each device reads only its own shard, so no host ever holds a full copy."""
   directory = os.path.abspath(os.fspath(directory))
   marker = os.path.join(directory, MARKER)
   if not os.path.isfile(marker):
@@ -124,8 +134,8 @@ def load_orbax(directory: str | os.PathLike, dtype: str | None = None) -> Model:
     config = ModelConfig.from_dict(json.load(f))
   if dtype is not None:
     config = config.replace(dtype=dtype)
-  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  target = {name: jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(config.dtype), sharding=device)
+  dt = jnp.dtype(config.dtype)
+  target = {name: jax.ShapeDtypeStruct(tuple(shape), dt, sharding=_sharding(mesh, config, name, shape))
             for name, shape in manifest["params"].items()}
   checkpointer = ocp.StandardCheckpointer()
   try:

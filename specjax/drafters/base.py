@@ -2,7 +2,20 @@
 
 from typing import Any
 
+import flax.struct
 import jax
+
+
+@flax.struct.dataclass
+class TargetFeatures:
+  """What the target computed at some positions, for drafters that read it (no extra target pass).
+
+  hidden_BxTxD: final-normed hidden states (what the output head reads).
+  layers_BxTxLxD: residual stream after each of the drafter's `feature_layers`, in that order.
+  """
+
+  hidden_BxTxD: jax.Array
+  layers_BxTxLxD: jax.Array
 
 
 class Drafter:
@@ -18,12 +31,16 @@ class Drafter:
   max_seq_len: int | None = None
   #: largest K the drafter supports.
   max_k: int = 64
+  #: target layers whose residual stream the drafter reads; None: the drafter reads no target features and the
+  #: engine passes features=None to `init` and `commit`.
+  feature_layers: tuple[int, ...] | None = None
 
   def params(self) -> Any:
     return ()
 
-  def init(self, params, tokens_BxS: jax.Array, prompt_len_B: jax.Array, prompt_bucket: int) -> Any:
-    """State after the prompt (e.g. a prefilled draft cache)."""
+  def init(self, params, tokens_BxS: jax.Array, prompt_len_B: jax.Array, prompt_bucket: int,
+           features: TargetFeatures | None = None) -> Any:
+    """State after the prompt (e.g. a prefilled draft cache); features cover prompt positions [0, prompt_bucket)."""
     return ()
 
   def propose(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array, k: int, sampling,
@@ -34,6 +51,13 @@ class Drafter:
     """
     raise NotImplementedError
 
-  def commit(self, params, state, n_accepted_B: jax.Array, seq_len_B: jax.Array) -> Any:
-    """State after the target accepted n_accepted_B drafts and seq_len_B is the new sequence length."""
+  def observe(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array) -> Any:
+    """State after a round that drafted nothing (the adaptive policy's autoregressive step): the target is about
+    to verify the token at seq_len_B - 1; drafters that keep a cache take in what precedes it."""
+    return state
+
+  def commit(self, params, state, n_accepted_B: jax.Array, seq_len_B: jax.Array,
+             features: TargetFeatures | None = None) -> Any:
+    """State after the target accepted n_accepted_B drafts and seq_len_B is the new sequence length; features
+    cover the K+1 verified positions [last token, d_1..d_K] (only the first n_accepted_B + 1 are now committed)."""
     return state

@@ -33,12 +33,21 @@ class DraftModel(Drafter):
   def params(self):
     return self.model.params
 
-  def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket):
+  def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket, features=None):
     module = self.model.with_params(params).module()
     batch, size = tokens_BxS.shape
     cache = init_cache(self.model.config, batch, size)
     positions = jnp.broadcast_to(jnp.arange(prompt_bucket, dtype=jnp.int32), (batch, prompt_bucket))
     _, cache, _ = module.hidden_states(tokens_BxS[:, :prompt_bucket], positions, cache)
+    return cache
+
+  def observe(self, params, state, tokens_BxS, seq_len_B):
+    """Writes the token at seq_len_B - 2 into the draft cache, so that after autoregressive rounds the two tokens
+    `propose` re-feeds are again the only ones the cache lacks."""
+    module = self.model.with_params(params).module()
+    rows_B = jnp.arange(tokens_BxS.shape[0])
+    positions_Bx1 = (seq_len_B - 2)[:, None]
+    _, cache, _ = module.hidden_states(tokens_BxS[rows_B[:, None], positions_Bx1], positions_Bx1, state)
     return cache
 
   def propose(self, params, state, tokens_BxS, seq_len_B, k, sampling, keys_B):

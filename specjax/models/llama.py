@@ -7,6 +7,7 @@ from flax import nnx
 from specjax.attention import cached_attention
 from specjax.cache import KVCache, attention_block
 from specjax.config import ModelConfig
+from specjax.kernels import dense
 from specjax.models.rope import apply_rope, rope_tables
 
 
@@ -23,9 +24,20 @@ class RMSNorm(nnx.Module):
     return (normed * scale).astype(x.dtype)
 
 
-def _linear(d_in: int, d_out: int, bias: bool, dtype, rngs: nnx.Rngs) -> nnx.Linear:
-  return nnx.Linear(d_in, d_out, use_bias=bias, dtype=dtype, param_dtype=dtype, rngs=rngs,
-                    kernel_init=nnx.initializers.normal(d_in**-0.5))
+class Dense(nnx.Module):
+  """x @ kernel (+ bias) through `specjax.kernels.dense`; parameters named and shaped as nnx.Linear's."""
+
+  def __init__(self, d_in: int, d_out: int, bias: bool, dtype, rngs: nnx.Rngs):
+    self.kernel = nnx.Param(nnx.initializers.normal(d_in**-0.5)(rngs.params(), (d_in, d_out), dtype))
+    self.bias = nnx.Param(jnp.zeros((d_out,), dtype)) if bias else None
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = dense(x, self.kernel[...])
+    return y if self.bias is None else y + self.bias[...].reshape((1,) * (y.ndim - 1) + (-1,))
+
+
+def _linear(d_in: int, d_out: int, bias: bool, dtype, rngs: nnx.Rngs) -> Dense:
+  return Dense(d_in, d_out, bias, dtype, rngs)
 
 
 class Attention(nnx.Module):
@@ -107,7 +119,7 @@ class Llama(nnx.Module):
   def logits(self, hidden_BxTxD) -> jax.Array:
     """Float32 logits over the vocabulary."""
     if self.config.tie_embeddings:
-      out = jnp.einsum("...d,vd->...v", hidden_BxTxD, self.embed[...])
+      out = dense(hidden_BxTxD, self.embed[...], transposed=True)
     else:
       out = self.head(hidden_BxTxD)
     return out.astype(jnp.float32)

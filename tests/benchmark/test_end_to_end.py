@@ -49,10 +49,16 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
   for r in results:
     if r["method"] == "ar":
       assert r["speedup_vs_ar"] == pytest.approx(1.0) and r["tokens_per_round"] == 1.0
+    elif r["k"] == "auto":  # the adaptive policy: K per round from the calibrated costs, no phase split
+      assert 1.0 <= r["tokens_per_round"] <= max(r["auto_ks"]) + 1 and 0.0 <= r["mean_k"] <= max(r["auto_ks"])
+      assert len(r["auto_round_cost"]) == len(r["auto_ks"]) + 1 and r["auto_round_cost"][0] == 1.0
     else:
       assert 1.0 <= r["tokens_per_round"] <= r["k"] + 1 and 0.0 <= r["acceptance_rate"] <= 1.0
-    assert r["verify_ms_per_round"] > 0 and r["phase_split_matches_fused"]
-    if r["method"] != "ar":
+    if r["k"] == "auto":
+      assert r["predicted_speedup"] is None and "adaptive" in r["theory_gap"]
+    else:
+      assert r["verify_ms_per_round"] > 0 and r["phase_split_matches_fused"]
+    if r["method"] != "ar" and r["k"] != "auto":
       assert r["predicted_speedup"] > 0
     if r["method"] != "ar" and r["temperature"] == 0.0:
       assert r["greedy_match_ar"] == 1.0  # greedy speculative decoding reproduces the target's greedy tokens
@@ -60,6 +66,7 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
       assert isinstance(r["quality"]["agrees_with_ar"], bool)
   text = (tmp_path / "report.md").read_text()
   assert "speedup by category x K" in text and "Theory beside measurement" in text
+  assert "Adaptive K" in text and "stops paying" in text
   for name in ("speedup_vs_k.png", "throughput_vs_batch.png", "latency_vs_batch.png"):
     assert (tmp_path / name).stat().st_size > 1000
 

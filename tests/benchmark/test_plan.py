@@ -8,7 +8,15 @@ def test_grid_runs_every_k_at_every_batch_size():
   c = validate_config(bench_cpu.get_config())
   cells = plan(c)
   assert len([x for x in cells if x.method == "ar"]) == 5 * 2
-  assert len([x for x in cells if x.method == "draft_model"]) == 6 * 5 * 2
+  assert len([x for x in cells if x.method == "draft_model"]) == (6 + 1) * 5 * 2   # six K and "auto"
+  assert Cell("prompt_lookup", "auto", 16, 1.0) in cells
+
+
+def test_axes_sweep_runs_auto_at_the_first_batch_size_only():
+  c = bench_cpu.get_config()
+  c.sweep = "axes"
+  autos = [x for x in plan(validate_config(c)) if x.k == "auto"]
+  assert {x.batch_size for x in autos} == {1} and len(autos) == 2 * 2
 
 
 def test_axes_sweep_and_smoke_covers_two_k_and_two_batch_sizes():

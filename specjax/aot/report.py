@@ -1,0 +1,116 @@
+"""aot.json (everything `run_aot` returns) and aot.md (the tables a person reads) in an output directory."""
+
+import json
+import os
+
+GB = 1e9
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+  def cell(v):
+    if v is None:
+      return "-"
+    if isinstance(v, bool):
+      return "yes" if v else "NO"
+    if isinstance(v, float):
+      return f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v)
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def format_bytes(n: float) -> str:
+  """Bytes with a decimal unit: 9.13 GB, 249 kB."""
+  for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    if abs(n) >= scale:
+      return f"{n / scale:.3g} {unit}"
+  return f"{n:.0f} B"
+
+
+def _comm(figures: dict) -> str:
+  parts = [f"{c['count']:.0f} {kind} ({format_bytes(c['result_bytes'])})" for kind, c in figures["collectives"].items()]
+  return ", ".join(parts) or "none"
+
+
+def programs_table(result: dict) -> str:
+  size = format_bytes
+  rows = [[f["name"], f["role"], f["positions"], size(f["argument_bytes"]), size(f["weight_bytes"]),
+           size(f["temp_bytes"]), size(f["output_bytes"]), f["fits_hbm"], f["flops"] / 1e9, f["model_flops"] / 1e9,
+           size(f["xla_bytes_accessed"]), size(f["roofline_bytes"]), f["compute_ms"], f["memory_ms"], f["comm_ms"],
+           f["roofline_ms"], _comm(f)]
+          for f in result["programs"].values()]
+  return _table(["program", "model", "positions", "arguments", "of which weights", "temp", "output", "fits HBM",
+                 "GFLOP (XLA)", "GFLOP (model)", "XLA bytes accessed", "roofline bytes", "compute ms", "memory ms",
+                 "comm ms", "roofline ms", "collectives (per device)"], rows)
+
+
+def prediction_table(result: dict) -> str:
+  rows = [[k, result["verify_by_k"][k]["roofline_ms"], result["verify_by_k"][k]["interpolated"],
+           result["predicted_ms_per_token_spec"][k], result["predicted_speedup"][k]]
+          for k in result["predicted_ms_per_token_spec"]]
+  return _table(["K", "verify K+1 ms", "interpolated", "spec ms/token", "speedup"], rows)
+
+
+def paper_table(comparison: dict) -> str:
+  rows = [["autoregressive", comparison["paper_ar_ms_per_token"], 1.0, None, None,
+           comparison["roofline_ar_ms_per_token"], 1.0]]
+  rows += [[r["task"], r["paper_ms_per_token"], r["paper_speedup"], r["alpha_implied_paper_costs"],
+            r["alpha_implied_roofline_costs"], r["roofline_ms_per_token"], r["roofline_speedup"]]
+           for r in comparison["rows"]]
+  return _table(["paper row", "paper ms/token", "paper speedup", "alpha implied (paper costs)",
+                 "alpha implied (roofline costs)", "roofline ms/token at the first alpha", "roofline speedup"], rows)
+
+
+def measured_table(rows: list[dict]) -> str:
+  return _table(["method", "K", "B", "category", "T", "alpha", "predicted", "measured", "error", "within"],
+                [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["alpha"],
+                  r["predicted_speedup"], r["measured_speedup"], f"{r['relative_error']:+.0%}", r["within_tolerance"]]
+                 for r in rows])
+
+
+def markdown(result: dict) -> str:
+  chip, mesh = result["chip"], result["mesh"]
+  parts = [
+      f"# AOT compile: {result['topology']} ({result['n_devices']} x {chip['name']}, {result['n_hosts']} host(s)), "
+      f"mesh data={mesh['data']} x model={mesh['model']}",
+      f"Target {result['target_params'] / 1e9:.2f}B parameters, draft {result['draft_params'] / 1e9:.2f}B, "
+      f"{result['target']['dtype']}; batch {result['batch_size']}, K={result['k']}, cache {result['cache_len']} "
+      f"positions, costed at a context of {result['context_len']}.",
+      f"Chip figures: {chip['peak_flops'] / 1e12:.0f} TFLOP/s bf16, HBM {chip['hbm_bytes'] / GB:.1f} GB at "
+      f"{chip['hbm_bandwidth'] / 1e9:.0f} GB/s, all-reduce {chip['collective_bandwidth'] / 1e9:.0f} GB/s per chip. "
+      f"Source: {chip['source']}.",
+      "## Programs (per device)",
+      programs_table(result),
+      "Roofline ms = max(FLOPs / peak, roofline bytes / HBM bandwidth) + collective bytes / all-reduce bandwidth. "
+      "Roofline bytes = the device's weight shards + its KV cache up to the context + other inputs and outputs; XLA's "
+      "own `bytes accessed` is shown beside it (it counts every in-place cache update as a whole-buffer write).",
+      f"Resident on each device (both models, caches, largest temporaries): "
+      f"{format_bytes(result['resident_bytes_per_device'])} of {format_bytes(result['hbm_bytes_per_device'])}: "
+      f"fits_hbm = {result['fits_hbm']}.",
+      f"## Prediction at acceptance rate {result['acceptance_rate']}",
+      f"Autoregressive: {result['predicted_ms_per_token_ar']:.3f} ms/token.",
+      prediction_table(result),
+  ]
+  if "paper_comparison" in result:
+    comparison = result["paper_comparison"]
+    parts += [f"## Against the paper (K={comparison['k']}): {comparison.get('source', '')}", paper_table(comparison)]
+    parts += ["- " + line for line in comparison["explanation"]]
+  if "measured_comparison" in result:
+    measured = result["measured_comparison"]
+    summary = measured["summary"]
+    parts += ["## The same model against a measured CPU benchmark",
+              f"{summary['n_within']} of {summary['n']} speculative records within {summary['tolerance']:.0%} "
+              f"(median error {summary['median_abs_error'] or 0:.0%}); source {measured['path']}.",
+              measured_table(measured["rows"])]
+  return "\n\n".join(parts) + "\n"
+
+
+def write_outputs(result: dict, output_dir: str) -> tuple[str, str]:
+  os.makedirs(output_dir, exist_ok=True)
+  json_path, md_path = os.path.join(output_dir, "aot.json"), os.path.join(output_dir, "aot.md")
+  with open(json_path, "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=1)
+  with open(md_path, "w", encoding="utf-8") as f:
+    f.write(markdown(result))
+  return json_path, md_path

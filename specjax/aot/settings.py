@@ -1,0 +1,74 @@
+"""What an AOT run needs, read and checked from an ml_collections config (configs/chinchilla_70b_4b.py etc.)."""
+
+import dataclasses
+
+from specjax.config import ModelConfig
+from specjax.sampling import SamplingParams
+from specjax.sharding import parse_mesh_shape
+
+
+@dataclasses.dataclass(frozen=True)
+class AotSettings:
+  target: ModelConfig
+  draft: ModelConfig
+  topology: str
+  mesh: str            # "DATAxMODEL"; "" = all chips on "model"
+  batch_size: int
+  k: int
+  ks: tuple            # K values predicted
+  compile_ks: tuple    # K values whose verify is compiled (others are interpolated)
+  cache_len: int       # positions the KV caches hold
+  context_len: int     # filled positions a step reads
+  acceptance_rate: float
+  sampling: SamplingParams
+  paper: dict | None = None
+
+  def mesh_shape(self, n_devices: int) -> tuple[int, int]:
+    if not self.mesh:
+      return 1, n_devices
+    return parse_mesh_shape(self.mesh)
+
+
+def _model(values, who) -> ModelConfig:
+  values = values.to_dict() if hasattr(values, "to_dict") else dict(values)
+  try:
+    return ModelConfig.from_dict(values)
+  except (TypeError, ValueError) as err:
+    raise ValueError(f"config.{who}: {err}") from None
+
+
+def _positive_ints(name, values) -> tuple:
+  values = tuple(values)
+  if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+    raise ValueError(f"config.{name} must be a non-empty list of ints >= 1, got {list(values)}")
+  return values
+
+
+def settings_from_config(config, topology: str = "", mesh: str | None = None) -> AotSettings:
+  """Reads the AOT keys of `config`; `topology` / `mesh` override the config's (mesh "" = 1 x all chips)."""
+  c = config
+  k = _positive_ints("k", [c.k])[0]
+  ks = _positive_ints("ks", c.get("ks", (k,)))
+  compile_ks = _positive_ints("compile_ks", c.get("compile_ks", (k,)))
+  if k not in compile_ks:
+    raise ValueError(f"config.compile_ks {list(compile_ks)} must include config.k={k}")
+  alpha = float(c.acceptance_rate)
+  if not 0.0 <= alpha <= 1.0:
+    raise ValueError(f"config.acceptance_rate must be in [0, 1], got {alpha}")
+  cache_len, context_len = _positive_ints("cache_len/context_len", [c.cache_len, c.context_len])
+  if context_len > cache_len:
+    raise ValueError(f"config.context_len {context_len} exceeds config.cache_len {cache_len}")
+  target, draft = _model(c.target, "target"), _model(c.draft, "draft")
+  if draft.vocab_size != target.vocab_size:
+    raise ValueError(f"draft vocabulary {draft.vocab_size} differs from the target's {target.vocab_size}")
+  for who, model in (("target", target), ("draft", draft)):
+    if cache_len > model.max_seq_len:
+      raise ValueError(f"config.cache_len {cache_len} exceeds the {who}'s max_seq_len {model.max_seq_len}")
+  paper = c.get("paper")
+  return AotSettings(
+      target=target, draft=draft, topology=topology or c.topology,
+      mesh=c.get("mesh", "") if mesh is None else mesh, batch_size=_positive_ints("batch_size", [c.batch_size])[0],
+      k=k, ks=tuple(sorted(set(ks) | {k})), compile_ks=tuple(sorted(set(compile_ks))), cache_len=cache_len,
+      context_len=context_len, acceptance_rate=alpha,
+      sampling=SamplingParams(c.get("temperature", 1.0), c.get("top_k", 0), c.get("top_p", 1.0)),
+      paper=paper.to_dict() if hasattr(paper, "to_dict") else paper)

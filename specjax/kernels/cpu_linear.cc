@@ -1,0 +1,249 @@
+// Skinny matrix products for decoding on x86 CPUs: y[M,N] = x[M,K] @ W, M small (one row per token being scored).
+//
+// Decoding is bound by streaming the weights from memory once per step. XLA's CPU GEMM packs its operands and
+// reaches a fraction of the machine's bandwidth for 2..32 rows; these kernels read each weight once, front to
+// back, keep the M output rows in L2, and split the work over XLA's intra-op thread pool.
+//   kNN: W is [K, N] (a Linear kernel).   kNT: W is [N, K] (a tied embedding used as the output head).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kMaxRows = 32;
+constexpr int64_t kAccFloats = 1 << 16;  // accumulator floats per chunk (256 KiB: the core's L2 share)
+
+// acc[M, n0:n1] += x[M, k0:k1] @ W[k0:k1, n0:n1] for W [K, N]. Reads W rows front to back (long contiguous runs
+// the prefetcher follows); two rows of x share each load of W; 4 rows of W per pass over the accumulator.
+void RowsNN(const float* x, const float* w, float* acc, int64_t m_rows, int64_t k_dim, int64_t n_dim, int64_t k0,
+            int64_t k1, int64_t n0, int64_t n1) {
+  const int64_t width = n1 - n0, vec_end = width & ~int64_t{7};
+  int64_t k = k0;
+  for (; k + 4 <= k1; k += 4) {
+    const float* w0 = w + k * n_dim + n0;
+    const float* w1 = w0 + n_dim;
+    const float* w2 = w1 + n_dim;
+    const float* w3 = w2 + n_dim;
+    int64_t m = 0;
+    for (; m + 2 <= m_rows; m += 2) {
+      const float* xa = x + m * k_dim + k;
+      const float* xb = xa + k_dim;
+      const __m256 a0 = _mm256_broadcast_ss(xa), a1 = _mm256_broadcast_ss(xa + 1);
+      const __m256 a2 = _mm256_broadcast_ss(xa + 2), a3 = _mm256_broadcast_ss(xa + 3);
+      const __m256 b0 = _mm256_broadcast_ss(xb), b1 = _mm256_broadcast_ss(xb + 1);
+      const __m256 b2 = _mm256_broadcast_ss(xb + 2), b3 = _mm256_broadcast_ss(xb + 3);
+      float* ya = acc + m * width;
+      float* yb = ya + width;
+      for (int64_t j = 0; j < vec_end; j += 8) {
+        const __m256 v0 = _mm256_loadu_ps(w0 + j), v1 = _mm256_loadu_ps(w1 + j);
+        const __m256 v2 = _mm256_loadu_ps(w2 + j), v3 = _mm256_loadu_ps(w3 + j);
+        __m256 p = _mm256_fmadd_ps(a0, v0, _mm256_loadu_ps(ya + j)), q = _mm256_mul_ps(a1, v1);
+        p = _mm256_fmadd_ps(a2, v2, p);
+        q = _mm256_fmadd_ps(a3, v3, q);
+        _mm256_storeu_ps(ya + j, _mm256_add_ps(p, q));
+        __m256 r = _mm256_fmadd_ps(b0, v0, _mm256_loadu_ps(yb + j)), s = _mm256_mul_ps(b1, v1);
+        r = _mm256_fmadd_ps(b2, v2, r);
+        s = _mm256_fmadd_ps(b3, v3, s);
+        _mm256_storeu_ps(yb + j, _mm256_add_ps(r, s));
+      }
+      for (int64_t j = vec_end; j < width; ++j) {
+        ya[j] += xa[0] * w0[j] + xa[1] * w1[j] + xa[2] * w2[j] + xa[3] * w3[j];
+        yb[j] += xb[0] * w0[j] + xb[1] * w1[j] + xb[2] * w2[j] + xb[3] * w3[j];
+      }
+    }
+    for (; m < m_rows; ++m) {
+      const float* xa = x + m * k_dim + k;
+      const __m256 a0 = _mm256_broadcast_ss(xa), a1 = _mm256_broadcast_ss(xa + 1);
+      const __m256 a2 = _mm256_broadcast_ss(xa + 2), a3 = _mm256_broadcast_ss(xa + 3);
+      float* ya = acc + m * width;
+      for (int64_t j = 0; j < vec_end; j += 8) {
+        __m256 p = _mm256_fmadd_ps(a0, _mm256_loadu_ps(w0 + j), _mm256_loadu_ps(ya + j));
+        __m256 q = _mm256_mul_ps(a1, _mm256_loadu_ps(w1 + j));
+        p = _mm256_fmadd_ps(a2, _mm256_loadu_ps(w2 + j), p);
+        q = _mm256_fmadd_ps(a3, _mm256_loadu_ps(w3 + j), q);
+        _mm256_storeu_ps(ya + j, _mm256_add_ps(p, q));
+      }
+      for (int64_t j = vec_end; j < width; ++j) ya[j] += xa[0] * w0[j] + xa[1] * w1[j] + xa[2] * w2[j] + xa[3] * w3[j];
+    }
+  }
+  for (; k < k1; ++k) {
+    const float* wk = w + k * n_dim + n0;
+    for (int64_t m = 0; m < m_rows; ++m) {
+      const float xv = x[m * k_dim + k];
+      float* ya = acc + m * width;
+      for (int64_t j = 0; j < width; ++j) ya[j] += xv * wk[j];
+    }
+  }
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// y[M, n0:n1] = x @ W[n0:n1]^T for W [N, K]: dot products of contiguous rows, four rows of W per pass over x.
+void RowsNT(const float* x, const float* w, float* y, int64_t m_rows, int64_t k_dim, int64_t n_dim, int64_t n0,
+            int64_t n1) {
+  const int64_t vec_end = k_dim & ~int64_t{7};
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const float* r0 = w + n * k_dim;
+    const float* r1 = r0 + k_dim;
+    const float* r2 = r1 + k_dim;
+    const float* r3 = r2 + k_dim;
+    for (int64_t m = 0; m < m_rows; ++m) {
+      const float* xa = x + m * k_dim;
+      __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+      for (int64_t j = 0; j < vec_end; j += 8) {
+        const __m256 va = _mm256_loadu_ps(xa + j);
+        c0 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r0 + j), c0);
+        c1 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r1 + j), c1);
+        c2 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r2 + j), c2);
+        c3 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r3 + j), c3);
+      }
+      float s0 = HorizontalSum(c0), s1 = HorizontalSum(c1), s2 = HorizontalSum(c2), s3 = HorizontalSum(c3);
+      for (int64_t j = vec_end; j < k_dim; ++j) {
+        s0 += xa[j] * r0[j];
+        s1 += xa[j] * r1[j];
+        s2 += xa[j] * r2[j];
+        s3 += xa[j] * r3[j];
+      }
+      float* ym = y + m * n_dim + n;
+      ym[0] = s0;
+      ym[1] = s1;
+      ym[2] = s2;
+      ym[3] = s3;
+    }
+  }
+  for (; n < n1; ++n) {
+    const float* r0 = w + n * k_dim;
+    for (int64_t m = 0; m < m_rows; ++m) {
+      float s = 0.f;
+      for (int64_t j = 0; j < k_dim; ++j) s += x[m * k_dim + j] * r0[j];
+      y[m * n_dim + n] = s;
+    }
+  }
+}
+
+// Chunks are claimed from an atomic counter by the calling thread and by helper tasks on XLA's pool, so a task
+// that starts late finds nothing left and the call never waits on a thread that is busy elsewhere.
+//   kNT: chunk c is a range of output columns (rows of W), written straight into y.
+//   kNN: chunk c = (column block, row slice s); slice s accumulates into its own partial sum, added up at the end.
+struct Work {
+  const float* x;
+  const float* w;
+  float* y;
+  int64_t m_rows, k_dim, n_dim, n_chunks;
+  bool transposed;
+  int64_t cols_per_chunk;                 // kNT
+  int64_t slices, block_cols, n_blocks;   // kNN
+  std::unique_ptr<float[]> partial;       // kNN: [slices, M, N]
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> finished{0};
+
+  void Run(int64_t c) {
+    if (transposed) {
+      const int64_t n0 = c * cols_per_chunk;
+      RowsNT(x, w, y, m_rows, k_dim, n_dim, n0, std::min(n_dim, n0 + cols_per_chunk));
+      return;
+    }
+    const int64_t block = c / slices, slice = c % slices;
+    const int64_t n0 = block * block_cols, n1 = std::min(n_dim, n0 + block_cols);
+    const int64_t rows = (k_dim + slices - 1) / slices, k0 = slice * rows, k1 = std::min(k_dim, k0 + rows);
+    float* acc = partial.get() + (slice * n_blocks + block) * m_rows * block_cols;
+    std::memset(acc, 0, sizeof(float) * m_rows * (n1 - n0));
+    if (k0 < k1) RowsNN(x, w, acc, m_rows, k_dim, n_dim, k0, k1, n0, n1);
+  }
+
+  void Drain() {
+    for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
+      Run(c);
+      finished.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  void Reduce() {
+    for (int64_t block = 0; block < n_blocks; ++block) {
+      const int64_t n0 = block * block_cols, width = std::min(n_dim, n0 + block_cols) - n0;
+      for (int64_t m = 0; m < m_rows; ++m) {
+        float* out = y + m * n_dim + n0;
+        const float* first = partial.get() + block * m_rows * block_cols + m * width;
+        std::memcpy(out, first, sizeof(float) * width);
+        for (int64_t s = 1; s < slices; ++s) {
+          const float* more = partial.get() + (s * n_blocks + block) * m_rows * block_cols + m * width;
+          for (int64_t j = 0; j < width; ++j) out[j] += more[j];
+        }
+      }
+    }
+  }
+};
+
+ffi::Error Linear(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                  ffi::ResultBuffer<ffi::F32> y, bool transposed) {
+  const auto xd = x.dimensions(), wd = w.dimensions();
+  if (xd.size() != 2 || wd.size() != 2) return ffi::Error::InvalidArgument("specjax_cpu_linear takes 2-D x and w");
+  const int64_t m_rows = xd[0], k_dim = xd[1];
+  const int64_t n_dim = transposed ? wd[0] : wd[1];
+  if ((transposed ? wd[1] : wd[0]) != k_dim) {
+    return ffi::Error::InvalidArgument("specjax_cpu_linear: x and w disagree on the contracted dimension");
+  }
+  if (m_rows > kMaxRows) return ffi::Error::InvalidArgument("specjax_cpu_linear: more rows than the kernel takes");
+  if (m_rows == 0 || n_dim == 0) return ffi::Error::Success();
+  if (k_dim == 0) {
+    std::memset(y->typed_data(), 0, sizeof(float) * m_rows * n_dim);
+    return ffi::Error::Success();
+  }
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  auto work = std::make_shared<Work>();
+  work->x = x.typed_data();
+  work->w = w.typed_data();
+  work->y = y->typed_data();
+  work->m_rows = m_rows;
+  work->k_dim = k_dim;
+  work->n_dim = n_dim;
+  work->transposed = transposed;
+  if (transposed) {
+    const int64_t per = (n_dim + threads * 4 - 1) / (threads * 4);
+    work->cols_per_chunk = std::max<int64_t>(64, (per + 3) & ~int64_t{3});
+    work->n_chunks = (n_dim + work->cols_per_chunk - 1) / work->cols_per_chunk;
+  } else {
+    work->slices = std::min(threads, std::max<int64_t>(1, k_dim / 64));
+    work->block_cols = std::min(n_dim, std::max<int64_t>(256, (kAccFloats / m_rows) & ~int64_t{7}));
+    work->n_blocks = (n_dim + work->block_cols - 1) / work->block_cols;
+    work->n_chunks = work->n_blocks * work->slices;
+    work->partial.reset(new float[work->slices * work->n_blocks * m_rows * work->block_cols]);
+  }
+  const int64_t helpers = std::min(threads, work->n_chunks) - 1;
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work->Drain(); });
+  work->Drain();
+  for (int spins = 0; work->finished.load(std::memory_order_acquire) < work->n_chunks; ++spins) {
+    if (spins < 4096) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();  // the helper holding the last chunk may share this core
+    }
+  }
+  if (!transposed) work->Reduce();
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxCpuLinear, Linear,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("transposed"));

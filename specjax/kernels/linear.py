@@ -1,0 +1,74 @@
+"""`dense(x, kernel)`: the model's one matmul with a weight, routed to the CPU skinny kernel where it pays.
+
+XLA's CPU dot is already bandwidth-bound for one row (GEMV) and for prefill-sized blocks (GEMM), but not for the
+2..32 rows of a K+1 verification or a small decode batch; those go to `cpu_linear.cc` when the program is lowered
+for CPU, float32, unsharded. Everything else (GPU, TPU, bf16, sharded meshes, gradients) is XLA's dot.
+"""
+
+import contextlib
+import contextvars
+
+import jax
+import jax.numpy as jnp
+
+from specjax.kernels import build
+
+MIN_ROWS, MAX_ROWS = 2, 32
+_ENABLED = contextvars.ContextVar("specjax_cpu_kernels", default=True)
+
+
+@contextlib.contextmanager
+def use_kernels(enabled: bool):
+  """Within this block (at trace time), `dense` may (True) or may not (False) call the CPU kernel; sharded
+  programs turn it off because a custom call has no partitioning rule."""
+  token = _ENABLED.set(bool(enabled))
+  try:
+    yield
+  finally:
+    _ENABLED.reset(token)
+
+
+def kernels_enabled() -> bool:
+  return _ENABLED.get() and build.registered()
+
+
+def _kernel_call(x_MxK, w, transposed: bool):
+  n = w.shape[0] if transposed else w.shape[1]
+  out = jax.ShapeDtypeStruct((x_MxK.shape[0], n), jnp.float32)
+  return jax.ffi.ffi_call(build.TARGET_NAME, out)(x_MxK, w, transposed=transposed)
+
+
+def _skinny_impl(x_MxK, w, transposed):
+  return jax.lax.platform_dependent(x_MxK, w, cpu=lambda x, w: _kernel_call(x, w, transposed),
+                                    default=lambda x, w: _xla_dot(x, w, transposed))
+
+
+def _skinny_fwd(x_MxK, w, transposed):
+  return _skinny_impl(x_MxK, w, transposed), (x_MxK, w)
+
+
+def _skinny_bwd(transposed, residuals, g_MxN):
+  x_MxK, w = residuals
+  if transposed:
+    return g_MxN @ w, g_MxN.T @ x_MxK
+  return g_MxN @ w.T, x_MxK.T @ g_MxN
+
+
+_skinny = jax.custom_vjp(_skinny_impl, nondiff_argnums=(2,))
+_skinny.defvjp(_skinny_fwd, _skinny_bwd)
+
+
+def _xla_dot(x, w, transposed: bool):
+  return jnp.einsum("...k,nk->...n", x, w) if transposed else jnp.einsum("...k,kn->...n", x, w)
+
+
+def dense(x_NxK, w, *, transposed: bool = False):
+  """x [..., K] @ w [K, N] (or w [N, K] with transposed=True, e.g. a tied embedding used as the head)."""
+  rows = 1
+  for size in x_NxK.shape[:-1]:
+    rows *= size
+  if (MIN_ROWS <= rows <= MAX_ROWS and x_NxK.dtype == jnp.float32 and w.dtype == jnp.float32
+      and kernels_enabled()):
+    out = _skinny(x_NxK.reshape(rows, x_NxK.shape[-1]), w, transposed)
+    return out.reshape(x_NxK.shape[:-1] + out.shape[-1:])
+  return _xla_dot(x_NxK, w, transposed)

@@ -1,0 +1,99 @@
+"""Adaptive speculation: K picked every round from the measured acceptance and the measured cost of a round.
+
+Extra draft work makes serving slower when acceptance is low or when verifying K+1 positions costs much more
+than one step (large batches). `SpeculationPolicy` puts one branch per candidate K (and K = 0, plain
+autoregressive steps) in the compiled loop. Each round it estimates the per-position acceptance alpha (an
+exponential average of accepted / tested drafts over active rows) and takes the branch with the most expected
+tokens per unit of time, E(alpha, K) / cost(K), where cost(K) is the measured time of a round at that K over
+the time of an autoregressive step (`calibrate_round_cost`). It starts small (the first round drafts with the
+smallest K) and, while speculation does not pay, probes with the smallest K at doubling intervals so that a
+drafter that starts to match again (e.g. prompt lookup reaching quoted text) is noticed at little cost.
+"""
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationPolicy:
+  """Static (jit) settings; the costs are runtime inputs."""
+
+  ks: tuple[int, ...] = (1, 2, 4)   # candidate drafts per round, smallest first
+  smoothing: float = 0.3            # weight of the newest round in the acceptance estimate
+  prior_alpha: float = 0.5          # acceptance estimate before any round was verified
+  probe_interval: int = 4           # autoregressive rounds before the first probe; doubles after a failed probe
+  max_probe_interval: int = 64
+
+  def __post_init__(self):
+    ks = tuple(self.ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+      raise ValueError(f"SpeculationPolicy.ks must be non-empty ints >= 1, got {self.ks!r}")
+    if list(ks) != sorted(set(ks)):
+      raise ValueError(f"SpeculationPolicy.ks must be increasing without repeats, got {self.ks!r}")
+    object.__setattr__(self, "ks", ks)
+    if not 0.0 < self.smoothing <= 1.0:
+      raise ValueError(f"SpeculationPolicy.smoothing must be in (0, 1], got {self.smoothing}")
+    if not 0.0 <= self.prior_alpha < 1.0:
+      raise ValueError(f"SpeculationPolicy.prior_alpha must be in [0, 1), got {self.prior_alpha}")
+    if not 1 <= self.probe_interval <= self.max_probe_interval:
+      raise ValueError("SpeculationPolicy needs 1 <= probe_interval <= max_probe_interval, got "
+                       f"{self.probe_interval} and {self.max_probe_interval}")
+
+  @property
+  def max_k(self) -> int:
+    return self.ks[-1]
+
+  @property
+  def branch_ks(self) -> tuple[int, ...]:
+    """K of each branch of the compiled loop: 0 (autoregressive) first."""
+    return (0,) + self.ks
+
+
+@flax.struct.dataclass
+class PolicyState:
+  alpha: jax.Array            # acceptance estimate (scalar)
+  ar_streak: jax.Array        # autoregressive rounds since the last speculative one
+  interval: jax.Array         # autoregressive rounds before the next probe
+  forced_branch: jax.Array    # >= 0: always take that branch (calibration); -1: the policy decides
+
+
+def init_policy_state(policy: SpeculationPolicy, forced_branch=-1) -> PolicyState:
+  return PolicyState(alpha=jnp.float32(policy.prior_alpha), ar_streak=jnp.int32(0),
+                     interval=jnp.int32(policy.probe_interval), forced_branch=jnp.asarray(forced_branch, jnp.int32))
+
+
+def expected_tokens(alpha, k):
+  """(1 - alpha^(K+1)) / (1 - alpha), as arrays (Leviathan et al. 2023, Eq. 1)."""
+  alpha = jnp.clip(alpha, 0.0, 0.999)
+  return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, round_cost_N, round_index) -> jax.Array:
+  """Index into `policy.branch_ks` for this round."""
+  ks_N = jnp.asarray(policy.branch_ks, jnp.float32)
+  value_N = expected_tokens(pstate.alpha, ks_N) / round_cost_N
+  best = jnp.argmax(value_N).astype(jnp.int32)
+  probe = (best == 0) & (pstate.ar_streak >= pstate.interval)
+  branch = jnp.where((round_index == 0) | probe, 1, best)
+  return jnp.where(pstate.forced_branch >= 0, pstate.forced_branch, branch).astype(jnp.int32)
+
+
+def update_policy_state(policy: SpeculationPolicy, pstate: PolicyState, branch, k_used, n_accepted_B,
+                        active_B) -> PolicyState:
+  """Folds one round's acceptance into the estimate; doubles the probe interval after a probe that did not pay."""
+  tested_B = jnp.minimum(n_accepted_B + 1, k_used)
+  tested = jnp.sum(jnp.where(active_B, tested_B, 0))
+  accepted = jnp.sum(jnp.where(active_B, n_accepted_B, 0))
+  observed = accepted / jnp.maximum(tested, 1)
+  speculative = (k_used > 0) & (tested > 0)
+  alpha = jnp.where(speculative, (1 - policy.smoothing) * pstate.alpha + policy.smoothing * observed, pstate.alpha)
+  was_probe = speculative & (pstate.ar_streak >= pstate.interval)
+  interval = jnp.where(was_probe & (observed < 0.5),
+                       jnp.minimum(2 * pstate.interval, policy.max_probe_interval), pstate.interval)
+  interval = jnp.where(speculative & (observed >= 0.5), policy.probe_interval, interval)
+  ar_streak = jnp.where(branch == 0, pstate.ar_streak + 1, 0)
+  return pstate.replace(alpha=alpha.astype(jnp.float32), ar_streak=ar_streak.astype(jnp.int32),
+                        interval=interval.astype(jnp.int32))

@@ -1,0 +1,102 @@
+"""The adaptive speculation policy: its choice rule, its state, and exact greedy decoding under it."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specjax
+from specjax import drafters
+from specjax.engine import generate_program
+from specjax.generate import pack_batch
+from specjax.policy import (SpeculationPolicy, choose_branch, expected_tokens, init_policy_state,
+                            update_policy_state)
+
+CONFIG = specjax.ModelConfig(vocab_size=32, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64,
+                             max_seq_len=160)
+PROMPTS = [[1, 2, 3, 4, 5, 1, 2, 3], [7, 8], [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 9, 10, 11, 12]]
+GREEDY = specjax.SamplingParams(temperature=0.0)
+POLICY = SpeculationPolicy(ks=(1, 2, 4))
+
+
+def _state(alpha, streak=0, interval=4, forced=-1):
+  return init_policy_state(POLICY, forced).replace(alpha=jnp.float32(alpha), ar_streak=jnp.int32(streak),
+                                                   interval=jnp.int32(interval))
+
+
+def test_expected_tokens_matches_leviathan():
+  assert float(expected_tokens(jnp.float32(0.5), 3)) == pytest.approx(1.875)
+  assert float(expected_tokens(jnp.float32(0.0), 4)) == pytest.approx(1.0)
+
+
+def test_choice_follows_acceptance_and_cost():
+  cheap = jnp.asarray([1.0, 1.1, 1.2, 1.4])
+  dear = jnp.asarray([1.0, 2.0, 2.5, 3.5])
+  assert int(choose_branch(POLICY, _state(0.9), cheap, 5)) == 3       # high acceptance, cheap rounds: largest K
+  assert int(choose_branch(POLICY, _state(0.05), dear, 5)) == 0       # low acceptance: autoregressive
+  assert int(choose_branch(POLICY, _state(0.9), dear, 5)) == 3        # E(0.9, 4) / 3.5 = 1.17 > 1
+  assert int(choose_branch(POLICY, _state(0.5), dear, 5)) == 0        # E(0.5, K) / cost(K) < 1 for every K
+  assert int(choose_branch(POLICY, _state(0.05), dear, 0)) == 1       # starts small: first round drafts with K=1
+  assert int(choose_branch(POLICY, _state(0.05, streak=4), dear, 9)) == 1   # probe after `interval` AR rounds
+  assert int(choose_branch(POLICY, _state(0.9, forced=2), cheap, 5)) == 2
+
+
+def test_failed_probes_back_off_and_success_resets():
+  state = _state(0.1, streak=4, interval=4)
+  active = jnp.ones((2,), bool)
+  failed = update_policy_state(POLICY, state, jnp.int32(1), jnp.int32(1), jnp.zeros((2,), jnp.int32), active)
+  assert int(failed.interval) == 8 and int(failed.ar_streak) == 0 and float(failed.alpha) < 0.1
+  paid = update_policy_state(POLICY, failed.replace(ar_streak=jnp.int32(8)), jnp.int32(1), jnp.int32(1),
+                             jnp.ones((2,), jnp.int32), active)
+  assert int(paid.interval) == POLICY.probe_interval and float(paid.alpha) > float(failed.alpha)
+  ar = update_policy_state(POLICY, paid, jnp.int32(0), jnp.int32(0), jnp.zeros((2,), jnp.int32), active)
+  assert int(ar.ar_streak) == 1 and float(ar.alpha) == pytest.approx(float(paid.alpha))
+
+
+def test_bad_policy_settings_are_named():
+  with pytest.raises(ValueError, match="ks"):
+    SpeculationPolicy(ks=(4, 2))
+  with pytest.raises(ValueError, match="smoothing"):
+    SpeculationPolicy(smoothing=0.0)
+
+
+@pytest.fixture(scope="module")
+def target():
+  return specjax.init_model(CONFIG, seed=1)
+
+
+@pytest.mark.parametrize("kind", ["self_draft", "small_draft", "prompt_lookup"])
+def test_greedy_auto_equals_autoregressive(target, kind):
+  reference = specjax.generate(target, PROMPTS, max_new_tokens=24, sampling=GREEDY).tokens
+  drafter = {"self_draft": lambda: drafters.DraftModel(target),
+             "small_draft": lambda: drafters.DraftModel(specjax.init_model(
+                 CONFIG.replace(n_layers=1, d_model=16, n_heads=2, n_kv_heads=1, ffn_dim=24), seed=2)),
+             "prompt_lookup": lambda: drafters.PromptLookup(max_ngram=3)}[kind]()
+  result = specjax.generate(target, PROMPTS, max_new_tokens=24, sampling=GREEDY, drafter=drafter, k="auto")
+  assert result.tokens == reference
+  assert result.stats.k == 4
+
+
+def _run(target, drafter, costs, forced=-1):
+  tokens, lengths, max_new = pack_batch(PROMPTS, 64, 24)
+  state = generate_program(target.params, drafter.params(), jnp.asarray(tokens), jnp.asarray(lengths),
+                           jnp.asarray(max_new), specjax_key(), graphdef=target.graphdef, drafter=drafter,
+                           sampling=GREEDY, k=POLICY, eos_ids=(), prompt_bucket=32,
+                           policy_inputs=(jnp.asarray(costs, jnp.float32), jnp.int32(forced)))
+  rounds = int(state.round)
+  return np.asarray(state.k_R)[:rounds], np.asarray(state.accepted_RxB)[:rounds]
+
+
+def specjax_key():
+  import jax
+  return jax.random.key(0)
+
+
+def test_policy_speculates_when_drafts_match_and_stops_when_they_cannot(target):
+  self_draft = drafters.DraftModel(target)                     # greedy drafts from the target: all accepted
+  k_R, _ = _run(target, self_draft, [1.0, 1.2, 1.4, 1.8])
+  assert k_R[0] == 1 and (np.diff(k_R) >= 0).all() and k_R[-1] == 4   # starts small, grows with acceptance
+  never = drafters.DraftModel(specjax.init_model(CONFIG, seed=7))  # an unrelated model: drafts rarely match
+  k_R, accepted = _run(target, never, [1.0, 3.0, 4.0, 6.0])
+  assert (k_R == 0).mean() > 0.6                                # mostly autoregressive, with sparse probes
+  k_R, _ = _run(target, never, [1.0, 3.0, 4.0, 6.0], forced=2)
+  assert (k_R == 2).all()
