@@ -26,7 +26,7 @@ setup(
     ],
     extras_require={
         # torch is pinned to the CPU build that ships on this project's machines; never a CUDA download.
-        "test": ["pytest", "scipy", "torch==2.13.0", "transformers", "accelerate"],
+        "test": ["pytest", "scipy", "torch==2.13.0", "transformers", "accelerate", "nbclient", "nbformat", "ipykernel"],
         # libtpu matching the installed jax: runs on TPU VMs and compiles for TPU topologies on any host (AOT).
         "tpu": ["jax[tpu]"],
     },
