@@ -13,7 +13,11 @@ def get_config():
   c.dtype = ""                     # "" keeps the checkpoint's dtype (float32 for GGUF)
   c.random_model = ml_collections.ConfigDict(dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                                                   ffn_dim=128, max_seq_len=1024))  # used when model == "random"
-  c.methods = ("ar", "draft_model", "prompt_lookup")
+  c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip")  # + "medusa", "feature_head" once trained
+  # Trained drafters (scripts/train_draft.py writes output_dir/<kind>/drafter; configs/bench_drafters.py uses them);
+  # "" = the default for draft_model (the target's first draft_layers layers) and layer_skip (its first
+  # layer_skip_layers layers and head, no adapter); "untrained" = a freshly initialised head (times the code path).
+  c.drafter_dirs = ml_collections.ConfigDict(dict(draft_model="", layer_skip="", medusa="", feature_head=""))
   c.categories = ("code", "prose", "structured", "long_context")
   c.ks = (1, 2, 3, 4, 6, 8)
   c.auto_ks = (1, 2, 4)            # the adaptive policy's candidate K (k="auto" cells); () = no adaptive cells
@@ -22,12 +26,14 @@ def get_config():
   c.sweep = "grid"                 # "grid": every K at every batch size; "axes": K sweep at the first batch size,
                                    # batch sweep at the first K (fewer compilations)
   c.phase_split_batch_sizes = (1, 2, 4, 8, 16)  # batch sizes that also run the phase-split mode
+  c.phase_split_methods = ()       # methods that run it there (() = all; "ar" is the baseline theory divides by)
   c.prompts_per_category = 8
   c.max_new_tokens = 64
   c.max_prompt_tokens = 0          # 0 = no cut; otherwise keep each prompt's last N tokens
   c.prompt_bucket = 0              # 0 = per-category power-of-two bucket; N = pad every prompt to at least N
   c.repeats = 1                    # timed repetitions of each call
   c.draft_layers = 4               # draft_model = the target's first N layers
+  c.layer_skip_layers = 8          # layer_skip without a trained adapter: the target's first N layers and head
   c.prompt_lookup_max_ngram = 3
   c.chat = True                    # apply the model's chat template to the prompts
   c.stop_at_eos = True

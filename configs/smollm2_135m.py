@@ -17,8 +17,10 @@ def get_config():
   config.top_k = 0
   config.top_p = 1.0
   config.seed = 0
-  config.drafter = "prompt_lookup"   # "none", "prompt_lookup" or "draft_model"
-  config.draft_model = "truncate:8"  # for drafter="draft_model": a model source, or truncate:N (the target's first N layers)
+  config.drafter = "prompt_lookup"   # "none", "prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head"
+  # draft_model: a model source or truncate:N (the target's first N layers); layer_skip: N or a trained directory;
+  # medusa / feature_head: a directory written by scripts/train_draft.py (output_dir/<kind>/drafter).
+  config.draft_model = "truncate:8"
   config.k = 4
   config.adaptive = False            # True: k="auto", the adaptive SpeculationPolicy (K per round, 0 when it does not pay)
   config.compare_autoregressive = True

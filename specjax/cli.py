@@ -14,6 +14,9 @@ RANDOM_MODELS = {
 }
 
 
+TRAINED_KINDS = {"feature_head": "FeatureHead", "medusa": "MedusaHeads", "layer_skip": "LayerSkip"}
+
+
 def model_from_source(source: str, dtype: str = "") -> Model:
   """A checkpoint path or name, or `random:NAME` for a random model of a known shape."""
   if source.startswith("random:"):
@@ -26,7 +29,10 @@ def model_from_source(source: str, dtype: str = "") -> Model:
 
 
 def drafter_from_config(kind: str, target: Model, draft_source: str = "", max_ngram: int = 3):
-  """"none", "prompt_lookup" or "draft_model" (draft_source: a model source or truncate:N)."""
+  """"none", "prompt_lookup", "draft_model" (draft_source: a model source or truncate:N), "layer_skip"
+  (draft_source: N, the target's first N layers, or a trained LayerSkip directory), "feature_head" or "medusa"
+  (draft_source: a directory written by scripts/train_draft.py, e.g. results/train/feature_head/feature_head/drafter,
+  or "untrained" for a freshly initialised head)."""
   if kind == "none":
     return None
   if kind == "prompt_lookup":
@@ -35,7 +41,21 @@ def drafter_from_config(kind: str, target: Model, draft_source: str = "", max_ng
     if draft_source.startswith("truncate:"):
       return drafters.DraftModel(truncated_model(target, int(draft_source.split(":", 1)[1])))
     return drafters.DraftModel(model_from_source(draft_source, target.config.dtype))
-  raise ValueError(f"unknown drafter {kind!r}; use none, prompt_lookup or draft_model")
+  if kind in TRAINED_KINDS:
+    if kind == "layer_skip" and draft_source.isdigit():
+      return drafters.LayerSkip.create(target, int(draft_source))
+    if draft_source == "untrained":  # freshly initialised: exercises the code path, drafts near chance
+      return getattr(drafters, TRAINED_KINDS[kind]).create(target) if kind != "layer_skip" else \
+          drafters.LayerSkip.create(target, max(1, target.config.n_layers // 4))
+    if not draft_source:
+      raise ValueError(f"drafter {kind!r} needs draft_source: the directory of a trained {kind} "
+                       f"(scripts/train_draft.py writes one), or 'untrained'")
+    from specjax.training.export import load_drafter
+    drafter = load_drafter(draft_source, target)
+    if type(drafter).__name__ != TRAINED_KINDS[kind]:
+      raise ValueError(f"{draft_source} holds a {type(drafter).__name__}, not a {TRAINED_KINDS[kind]}")
+    return drafter
+  raise ValueError(f"unknown drafter {kind!r}; use none, prompt_lookup, draft_model, {', '.join(TRAINED_KINDS)}")
 
 
 def mesh_from_string(shape: str):

@@ -11,7 +11,18 @@ GiB = 2**30
 
 
 def peak_resident_bytes() -> int:
-  """This process's peak resident set size so far (getrusage: KiB on Linux, bytes on macOS)."""
+  """This process's peak resident set size so far.
+
+  Linux reads VmHWM, the high-water mark of this address space: getrusage's ru_maxrss survives fork + exec, so a
+  script started from a large parent (a test runner) would report the parent's peak as its own.
+  """
+  try:
+    with open("/proc/self/status") as status:
+      for line in status:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   return int(peak if sys.platform == "darwin" else peak * 1024)
 

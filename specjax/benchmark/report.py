@@ -90,6 +90,21 @@ def stops_paying_section(ours) -> list[str]:
           _table(["method", "category", "T", "stops paying at B", "best speedup by batch"], rows), ""]
 
 
+def drafters_section(ours) -> list[str]:
+  """Every drafter side by side per category, K, batch size and temperature: acceptance, tokens per round, the
+  draft cost ratio c (phase-split cells) and the speedup."""
+  rows = [r for r in ours if r["method"] != "ar"]
+  if len({r["method"] for r in rows}) < 2:
+    return []
+  rows.sort(key=lambda r: (r["temperature"], r["category"], r["batch_size"], _k_order(r["k"]),
+                           -(r["speedup_vs_ar"] or 0.0)))
+  table = [[r["category"], r["temperature"], r["batch_size"], r["k"], r["method"], r.get("acceptance_rate"),
+            r["tokens_per_round"], r.get("cost_ratio_c"), r["speedup_vs_ar"]] for r in rows]
+  return ["## Drafters compared (best first within each category, batch size and K)", "",
+          _table(["category", "T", "B", "K", "method", "acceptance", "tok/round", "cost ratio c", "speedup"], table),
+          ""]
+
+
 def write_report(records, settings: dict, output_dir: str) -> str:
   ours = _ours(records)
   temps = sorted({r["temperature"] for r in ours})
@@ -107,7 +122,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
                 speedup_by_category_table(records, method, batches[0], temp), "",
                 f"## {method}: speedup by batch size x K (geometric mean over categories, temperature {temp:g})", "",
                 speedup_by_batch_table(records, method, temp), ""]
-  parts += adaptive_section(ours) + stops_paying_section(ours)
+  parts += drafters_section(ours) + adaptive_section(ours) + stops_paying_section(ours)
   ar_rows = [r for r in ours if r["method"] == "ar" and r.get("bandwidth_bound_tok_s")]
   if ar_rows:
     parts += ["## Autoregressive decoding against the memory-bandwidth bound", "",

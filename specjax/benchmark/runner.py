@@ -28,9 +28,9 @@ from specjax.distributed import host_values
 from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
 
-METHODS = ("ar", "draft_model", "prompt_lookup")
+METHODS = ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
 PEERS = ("", "hf")
-SWEEPS = ("grid", "axes")
+SWEEPS = ("grid", "axes", "smoke")
 MAX_K = 64
 REQUIRED_KEYS = ("method", "k", "batch_size", "category", "temperature", "tokens_per_round", "acceptance_rate",
                  "draft_ms_per_round", "verify_ms_per_round", "accept_ms_per_round", "throughput_tok_s",
@@ -64,6 +64,18 @@ def validate_config(config) -> dict:
   if unknown:
     raise ValueError(f"unknown method(s) {unknown}; known: {list(METHODS)}")
   c["methods"] = ("ar",) + tuple(m for m in dict.fromkeys(methods) if m != "ar")  # the baseline always runs
+  dirs = dict(c.get("drafter_dirs") or {})
+  unknown = [m for m in dirs if m not in METHODS]
+  if unknown:
+    raise ValueError(f"config.drafter_dirs names unknown method(s) {unknown}; known: {list(METHODS)}")
+  for method in c["methods"]:
+    if method in ("medusa", "feature_head") and not dirs.get(method):
+      raise ValueError(f"method {method!r} needs config.drafter_dirs.{method}: a directory written by "
+                       f"scripts/train_draft.py (or 'untrained' to time a freshly initialised head)")
+    if dirs.get(method) not in ("", None, "untrained") and not os.path.isdir(os.path.expanduser(dirs[method])):
+      raise ValueError(f"config.drafter_dirs.{method}={dirs[method]!r} is not a directory: train it with "
+                       f"python scripts/train_draft.py --config=configs/train_{method}.py, or drop {method!r} "
+                       f"from config.methods")
   categories = tuple(c.get("categories", tasks.CATEGORIES))
   unknown = [x for x in categories if x not in tasks.CATEGORIES]
   if unknown or not categories:
@@ -80,6 +92,10 @@ def validate_config(config) -> dict:
   missing = [b for b in c["phase_split_batch_sizes"] if b not in c["batch_sizes"]]
   if missing:
     raise ValueError(f"phase_split_batch_sizes {missing} are not in batch_sizes {list(c['batch_sizes'])}")
+  c["phase_split_methods"] = tuple(c.get("phase_split_methods", ()) or c["methods"])
+  missing = [m for m in c["phase_split_methods"] if m not in c["methods"]]
+  if missing:
+    raise ValueError(f"phase_split_methods {missing} are not in methods {list(c['methods'])}")
   temps = tuple(float(t) for t in c.get("temperatures", (0.0,)))
   if not temps or any(not np.isfinite(t) or t < 0 for t in temps):
     raise ValueError(f"config.temperatures must be finite numbers >= 0, got {list(temps)}")
@@ -102,18 +118,23 @@ def validate_config(config) -> dict:
   return c
 
 
-def plan(c: dict) -> list[Cell]:
-  """Cells to run: AR at every batch size, plus each drafter method over K x batch size ('grid') or over K at the
-  first batch size and over batch sizes at the first K ('axes', fewer compilations); the adaptive K ("auto") at
-  every batch size ('grid') or at the first ('axes')."""
+def plan(c: dict, max_k: dict | None = None) -> list[Cell]:
+  """Cells to run: AR at every batch size, plus each drafter method over K x batch size ('grid'), over K at the
+  first batch size and over batch sizes at the first K ('axes'), or at the first K and batch size only with the
+  first drafter method spanning both axes ('smoke': every code path, fewest compilations); the adaptive K ("auto")
+  at every batch size ('grid') or at the first. K above a method's max_k (e.g. Medusa's head count) is skipped."""
+  sweep, first_b, first_k = c.get("sweep", "grid"), c["batch_sizes"][0], c["ks"][0]
   cells = []
   for temp, batch in itertools.product(c["temperatures"], c["batch_sizes"]):
     cells.append(Cell("ar", 0, batch, temp))
-    for method in c["methods"][1:]:
+    for i, method in enumerate(c["methods"][1:]):
+      axes = sweep == "axes" or (sweep == "smoke" and i == 0)
       for k in c["ks"]:
-        if c.get("sweep", "grid") == "grid" or batch == c["batch_sizes"][0] or k == c["ks"][0]:
+        if k > (max_k or {}).get(method, MAX_K):
+          continue
+        if sweep == "grid" or (axes and (batch == first_b or k == first_k)) or (batch == first_b and k == first_k):
           cells.append(Cell(method, k, batch, temp))
-      if c["auto_ks"] and (c.get("sweep", "grid") == "grid" or batch == c["batch_sizes"][0]):
+      if c["auto_ks"] and (sweep == "grid" or batch == first_b):
         cells.append(Cell(method, AUTO, batch, temp))
   return cells
 
@@ -133,15 +154,24 @@ def _load_target(c: dict):
 
 
 def _drafter(method: str, target, c: dict):
-  from specjax import drafters
-  if method == "draft_model":
+  """The method's drafter: config.drafter_dirs[method] names a trained one (scripts/train_draft.py), or
+  "untrained" for a freshly initialised head; draft_model defaults to the target's first draft_layers layers
+  and layer_skip to its first layer_skip_layers layers and head."""
+  from specjax.cli import drafter_from_config
+  if method == "ar":
+    return None
+  source = os.path.expanduser(dict(c.get("drafter_dirs") or {}).get(method, "") or "")
+  if method == "draft_model" and not source:
     if c["draft_layers"] >= target.config.n_layers:
       raise ValueError(f"config.draft_layers={c['draft_layers']} must be below the target's "
                        f"{target.config.n_layers} layers")
-    return drafters.DraftModel(drafters.truncated_model(target, c["draft_layers"]))
-  if method == "prompt_lookup":
-    return drafters.PromptLookup(max_ngram=c["prompt_lookup_max_ngram"])
-  return None
+    source = f"truncate:{c['draft_layers']}"
+  if method == "layer_skip" and not source:
+    layers = c.get("layer_skip_layers", 8)
+    if not 1 <= layers < target.config.n_layers:
+      raise ValueError(f"config.layer_skip_layers={layers} must be in [1, {target.config.n_layers})")
+    source = str(layers)
+  return drafter_from_config(method, target, source, max_ngram=c["prompt_lookup_max_ngram"])
 
 
 def _encode(target, text: str, c: dict) -> list[int]:
@@ -171,7 +201,6 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   """Runs the benchmark (validated first) and returns its records; `target` overrides `config.model`."""
   from tqdm import tqdm
   c = validate_config(config)
-  cells = plan(c)
   peer_runner = None
   if c.get("peers") == "hf":
     from specjax.benchmark import peers
@@ -188,6 +217,7 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
                      f"{target.config.max_seq_len}; lower max_new_tokens or set max_prompt_tokens")
   size = cache_size(max(max(buckets.values()), needed))
   drafters = {m: _drafter(m, target, c) for m in c["methods"]}
+  cells = plan(c, {m: d.max_k for m, d in drafters.items() if d is not None})
   info = machine_info()
   info["copy_bandwidth_gbs"] = bandwidth.copy_bandwidth_gbs()
 
@@ -272,7 +302,7 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
                                                                  mean_context, bandwidth.copy_bandwidth_gbs())
   record["fraction_of_bandwidth_bound"] = (record["throughput_tok_s"] / record["bandwidth_bound_tok_s"]
                                            if record["throughput_tok_s"] else None)
-  if cell.batch_size in c["phase_split_batch_sizes"] and not auto:
+  if cell.batch_size in c["phase_split_batch_sizes"] and cell.method in c["phase_split_methods"] and not auto:
     inp = inputs[0]
     state, timings = run_phase_split(target, drafter, *inp.device(), jax.random.key(c.get("seed", 0)), k=cell.k,
                                      sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket)
@@ -320,7 +350,8 @@ def _theory(rec, base, cell):
   phases = [rec["draft_ms_per_round"], rec["verify_ms_per_round"], rec["accept_ms_per_round"],
             base["verify_ms_per_round"], base["accept_ms_per_round"]]
   if any(p is None for p in phases):
-    rec["theory_gap"] = "no phase-split timing at this batch size (add it to phase_split_batch_sizes)"
+    rec["theory_gap"] = ("no phase-split timing for this cell (add its batch size to phase_split_batch_sizes and "
+                         "its method to phase_split_methods)")
     return
   c, r = theory.cost_ratios(*phases, k=cell.k)
   rec.update(cost_ratio_c=c, verify_cost_ratio=r, predicted_speedup=theory.corrected_speedup(alpha, cell.k, c, r),

@@ -27,6 +27,9 @@ def tiny_config(tmp_path, **changes) -> ml_collections.ConfigDict:
   c.max_prompt_tokens = 24
   c.prompt_bucket = 32
   c.draft_layers = 1
+  c.layer_skip_layers = 1
+  c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
+  c.drafter_dirs.medusa = c.drafter_dirs.feature_head = "untrained"
   c.compilation_cache_dir = ""
   c.output_dir = str(tmp_path)
   c.update(changes)
@@ -44,7 +47,8 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
     assert set(REQUIRED_KEYS) <= set(record), set(REQUIRED_KEYS) - set(record)
     assert record["machine"]["cpu_count"] and record["devices"]
   methods = {(r["method"], r["temperature"]) for r in results}
-  assert methods == {(m, t) for m in ("ar", "draft_model", "prompt_lookup") for t in (0.0, 1.0)}
+  assert methods == {(m, t) for m in ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
+                     for t in (0.0, 1.0)}
   assert {r["category"] for r in results} == {"code", "prose", "structured", "long_context"}
   for r in results:
     if r["method"] == "ar":
@@ -66,17 +70,19 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
       assert isinstance(r["quality"]["agrees_with_ar"], bool)
   text = (tmp_path / "report.md").read_text()
   assert "speedup by category x K" in text and "Theory beside measurement" in text
-  assert "Adaptive K" in text and "stops paying" in text
+  assert "Adaptive K" in text and "stops paying" in text and "Drafters compared" in text
   for name in ("speedup_vs_k.png", "throughput_vs_batch.png", "latency_vs_batch.png"):
     assert (tmp_path / name).stat().st_size > 1000
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(methods=("ar", "medusa")), "unknown method"),
+    (dict(methods=("ar", "eagle9")), "unknown method"),
     (dict(categories=("poetry",)), "unknown or no categories"),
     (dict(ks=(0,)), "config.ks"),
     (dict(batch_sizes=()), "config.batch_sizes"),
     (dict(phase_split_batch_sizes=(4,)), "phase_split_batch_sizes"),
+    (dict(methods=("ar", "prompt_lookup"), phase_split_methods=("draft_model",)), "phase_split_methods"),
+    (dict(drafter_dirs=dict(eagle9="x")), "drafter_dirs names unknown"),
     (dict(ks=(1, 99)), "config.ks"),
     (dict(prompts_per_category=99), "has only"),
     (dict(temperatures=(-1.0,)), "temperatures"),

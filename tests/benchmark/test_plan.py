@@ -1,11 +1,22 @@
 """Which cells a config runs (no model work)."""
 
+import pytest
+
 from configs import bench_cpu, bench_smoke
 from specjax.benchmark.runner import Cell, plan, validate_config
 
 
+def _cpu():
+  """The full config with its trained heads replaced by untrained ones (no training output here)."""
+  c = bench_cpu.get_config()
+  c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
+  for method in ("medusa", "feature_head"):
+    c.drafter_dirs[method] = "untrained"
+  return c
+
+
 def test_grid_runs_every_k_at_every_batch_size():
-  c = validate_config(bench_cpu.get_config())
+  c = validate_config(_cpu())
   cells = plan(c)
   assert len([x for x in cells if x.method == "ar"]) == 5 * 2
   assert len([x for x in cells if x.method == "draft_model"]) == (6 + 1) * 5 * 2   # six K and "auto"
@@ -13,19 +24,40 @@ def test_grid_runs_every_k_at_every_batch_size():
 
 
 def test_axes_sweep_runs_auto_at_the_first_batch_size_only():
-  c = bench_cpu.get_config()
+  c = _cpu()
   c.sweep = "axes"
   autos = [x for x in plan(validate_config(c)) if x.k == "auto"]
-  assert {x.batch_size for x in autos} == {1} and len(autos) == 2 * 2
+  assert {x.batch_size for x in autos} == {1} and len(autos) == 5 * 2
 
 
-def test_axes_sweep_and_smoke_covers_two_k_and_two_batch_sizes():
+def test_smoke_sweep_runs_every_method_and_spans_k_and_batch_with_the_first():
   cells = plan(validate_config(bench_smoke.get_config()))
+  others = ("prompt_lookup", "layer_skip", "medusa", "feature_head")
   assert set(cells) == {Cell("ar", 0, 1, 0.0), Cell("ar", 0, 2, 0.0)} | {
-      Cell(m, k, b, 0.0) for m in ("draft_model", "prompt_lookup") for k, b in ((2, 1), (4, 1), (2, 2))}
+      Cell("draft_model", k, b, 0.0) for k, b in ((2, 1), (4, 1), (2, 2))} | {Cell(m, 2, 1, 0.0) for m in others}
+
+
+def test_k_above_a_methods_max_k_is_skipped():
+  c = validate_config(_cpu())
+  cells = plan(c, {"medusa": 4})
+  assert max(x.k for x in cells if x.method == "medusa" and x.k != "auto") == 4
+  assert max(x.k for x in cells if x.method == "draft_model" and x.k != "auto") == 8
+
+
+def test_heads_need_a_trained_directory(tmp_path):
+  c = _cpu()
+  c.methods = ("medusa",)
+  c.drafter_dirs.medusa = ""
+  with pytest.raises(ValueError, match="drafter_dirs.medusa"):
+    validate_config(c)
+  c.drafter_dirs.medusa = str(tmp_path / "missing")
+  with pytest.raises(ValueError, match="train_draft.py"):
+    validate_config(c)
+  c.drafter_dirs.medusa = "untrained"
+  assert validate_config(c)["methods"] == ("ar", "medusa")
 
 
 def test_ar_baseline_is_always_added():
-  c = bench_cpu.get_config()
+  c = _cpu()
   c.methods = ("prompt_lookup",)
   assert validate_config(c)["methods"] == ("ar", "prompt_lookup")

@@ -1,0 +1,27 @@
+"""Every drafter side by side on SmolLM2-135M (issue 6's table): prompt lookup, the draft model, layer skip, Medusa
+and the feature head, trained ones from scripts/train_draft.py's default output directories, at batch 1 and 2,
+K 2 and 4, greedy, every category; phase-split at batch 1 for the cost ratio c.
+
+  python scripts/train_draft.py --config=configs/train_feature_head.py   # (and train_medusa, train_layer_skip,
+  python scripts/benchmark.py --config=configs/bench_drafters.py         #  train_draft_model) first
+"""
+
+from configs import bench_cpu
+
+
+def get_config():
+  c = bench_cpu.get_config()
+  c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
+  for kind in ("draft_model", "layer_skip", "medusa", "feature_head"):
+    c.drafter_dirs[kind] = f"results/train/{kind}/{kind}/drafter"
+  c.ks = (2, 4)
+  c.auto_ks = ()
+  c.batch_sizes = (1, 2)
+  c.temperatures = (0.0,)
+  c.sweep = "axes"
+  c.phase_split_batch_sizes = (1,)
+  c.prompts_per_category = 2
+  c.max_new_tokens = 32
+  c.prompt_bucket = 256
+  c.output_dir = "results/bench_drafters"
+  return c

@@ -1,0 +1,41 @@
+"""Train an EAGLE-3 style feature head for SmolLM2-135M (the other train_* configs start from this one).
+
+  python scripts/train_draft.py --config=configs/train_feature_head.py
+
+The corpus (on-policy text the target writes for specjax.training.prompt_pool, plus standard-library docstrings,
+with the target's features) is cached in corpus_cache_dir and shared by every config with the same corpus
+section. Writes output_dir/metrics.json (acceptance_before / acceptance_after: mean tokens per round, greedy, K=4,
+on the benchmark's held-out prompts), metrics.jsonl, checkpoints/ (resumed when rerun) and the trained drafter/.
+"""
+
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.model = "smollm2-135m"        # a known model name, a checkpoint path, or random:NAME
+  c.dtype = ""                     # "" keeps the checkpoint's dtype (float32 for the GGUF)
+  c.drafters = ("feature_head",)   # any of feature_head, medusa, layer_skip, draft_model
+  c.seed = 0
+  c.output_dir = "results/train/feature_head"
+  c.corpus_cache_dir = "results/train/corpus"
+  c.compilation_cache_dir = "~/.cache/specjax/jax-cache"
+  c.export_dtype = ""              # e.g. "bfloat16" to halve the exported drafter
+  c.corpus = dict(n_prompts=264, max_new_tokens=128, generate_batch=24, temperature=0.0, stdlib_sequences=32,
+                  seq_len=192, heldout_fraction=0.1, seed=0)
+  # Shared optimisation settings; each drafter's own `train` entry below overrides them for that drafter.
+  c.train = dict(steps=300, batch_size=4, learning_rate=1e-3, warmup_steps=30, end_lr_fraction=0.1,
+                 weight_decay=0.01, clip_norm=1.0, seed=0, checkpoint_every=50, keep_checkpoints=2, log_every=10,
+                 eval_every=100)
+  c.eval = dict(categories=("prose", "code"), prompts_per_category=10, max_new_tokens=64, k=4)
+  # feature_layers () = low, middle, high (2, n/2, n-3); draft_vocab_size: the most frequent corpus tokens the
+  # head proposes among (0 = all); ttt_steps: draft steps unrolled in training (training-time test).
+  c.feature_head = dict(feature_layers=(), ffn_dim=0, draft_vocab_size=8192, ttt_steps=3, step_decay=0.8,
+                        feature_weight=0.0, train=dict(learning_rate=3e-3, batch_size=6))
+  c.medusa = dict(n_heads=4, draft_vocab_size=8192, step_decay=0.8, train=dict())
+  # loss_vocab_size: the KL of a full-vocabulary drafter is taken over the most frequent tokens (the head's
+  # matmul over all 49152 would dominate the step).
+  c.layer_skip = dict(n_layers=8, adapter_rank=256, loss_vocab_size=8192, train=dict(batch_size=8))
+  c.draft_model = dict(init="truncate:4", train_embeddings=False, loss_vocab_size=8192,
+                       train=dict(steps=200, learning_rate=5e-4))
+  return c

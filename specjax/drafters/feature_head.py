@@ -1,0 +1,224 @@
+"""EAGLE-3 style feature head: one small decoder layer that drafts at the feature level.
+
+Its input at position p is a fusion of the target's low, middle and high layer features at p - 1 with the
+embedding of token p; its output (after its own norm and the target's frozen head) is the distribution of token
+p + 1, and the output itself replaces the fused target feature for the next draft step. The target's features
+arrive with its prefill and with every verify call, so drafting costs no extra target pass.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.cache import KVCache, init_cache
+from specjax.config import ModelConfig
+from specjax.drafters.trained_head import TrainedHead
+from specjax.drafters.vocab_head import draw, embed_tokens
+from specjax.model import Model
+from specjax.models.llama import Block, RMSNorm
+from specjax.models.rope import apply_rope, rope_tables
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureHeadConfig:
+  """Shape of the head; jit-static. Attention shapes and RoPE follow the target unless overridden."""
+
+  d_model: int
+  n_heads: int
+  n_kv_heads: int
+  ffn_dim: int
+  vocab_size: int
+  draft_vocab_size: int
+  feature_layers: tuple[int, ...]
+  rope_theta: float = 10000.0
+  norm_eps: float = 1e-5
+  head_dim: int = 0
+  rope_scaling: tuple = ()
+  max_seq_len: int = 2048
+
+  def __post_init__(self):
+    if not self.feature_layers:
+      raise ValueError("FeatureHeadConfig.feature_layers must name at least one target layer")
+    object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+
+  @classmethod
+  def for_target(cls, target: ModelConfig, feature_layers=None, ffn_dim: int = 0, draft_vocab_size: int = 0):
+    """Low, middle and high layers by default (2, n/2, n-3 as in EAGLE-3, clipped for shallow targets)."""
+    n = target.n_layers
+    layers = feature_layers or sorted({min(2, n - 1), n // 2, max(n - 3, 0)})
+    if any(not 0 <= i < n for i in layers):
+      raise ValueError(f"feature_layers {tuple(layers)} outside the target's {n} layers")
+    return cls(d_model=target.d_model, n_heads=target.n_heads, n_kv_heads=target.n_kv_heads,
+               ffn_dim=ffn_dim or target.ffn_dim, vocab_size=target.vocab_size,
+               draft_vocab_size=draft_vocab_size or target.vocab_size, feature_layers=tuple(layers),
+               rope_theta=target.rope_theta, norm_eps=target.norm_eps, head_dim=target.head_dim,
+               rope_scaling=target.rope_scaling, max_seq_len=target.max_seq_len)
+
+  def layer_config(self) -> ModelConfig:
+    """The one decoder layer, as a 1-layer ModelConfig (float32: the head trains and drafts in float32)."""
+    return ModelConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=1, n_heads=self.n_heads,
+                       n_kv_heads=self.n_kv_heads, ffn_dim=self.ffn_dim, max_seq_len=self.max_seq_len,
+                       rope_theta=self.rope_theta, norm_eps=self.norm_eps, head_dim=self.head_dim,
+                       rope_scaling=self.rope_scaling)
+
+
+def _linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+  return nnx.Linear(d_in, d_out, use_bias=False, rngs=rngs, kernel_init=nnx.initializers.normal(d_in**-0.5))
+
+
+class FeatureNet(nnx.Module):
+  """Per-layer norms, fuse (L*D -> D), mix ([feature; embedding] -> D), one Llama block, output norm.
+
+  The per-layer norms matter: residual streams carry a few huge dimensions (hundreds, against an RMS of ~5-25 in
+  SmolLM2), which a plain concatenation would let dominate; FeatureHead.create starts them at the scales the
+  target's own next layer reads each stream with."""
+
+  def __init__(self, config: FeatureHeadConfig, rngs: nnx.Rngs):
+    d, eps = config.d_model, config.norm_eps
+    self.layer_config = config.layer_config()
+    self.layer_norms = nnx.List([RMSNorm(d, eps, jnp.float32) for _ in config.feature_layers])
+    self.fuse = _linear(len(config.feature_layers) * d, d, rngs)
+    self.feature_norm = RMSNorm(d, eps, jnp.float32)
+    self.embed_norm = RMSNorm(d, eps, jnp.float32)
+    self.mix = _linear(2 * d, d, rngs)
+    self.block = Block(self.layer_config, rngs)
+    self.out_norm = RMSNorm(d, eps, jnp.float32)
+
+  def fused(self, layers_BxTxLxD: jax.Array) -> jax.Array:
+    layers = layers_BxTxLxD.astype(jnp.float32)
+    return self.fuse(jnp.concatenate([norm(layers[:, :, i]) for i, norm in enumerate(self.layer_norms)], axis=-1))
+
+  def _inputs(self, feature_BxTxD, embed_BxTxD):
+    return self.mix(jnp.concatenate([self.feature_norm(feature_BxTxD), self.embed_norm(embed_BxTxD)], axis=-1))
+
+  def __call__(self, feature_BxTxD, embed_BxTxD, positions_BxT, cache: KVCache):
+    """One step with the draft cache: block outputs [B, T, D] (the next step's feature) and the cache."""
+    cos, sin = rope_tables(self.layer_config, positions_BxT)
+    return self.block(self._inputs(feature_BxTxD, embed_BxTxD), cos, sin, positions_BxT, cache, 0)
+
+  def unrolled(self, feature_BxTxD, embeds_SxBxTxD) -> list[jax.Array]:
+    """Training-time test: S draft steps for every chain p at once, exactly as `propose` runs them.
+
+    Chain p starts at position p from the target feature of p - 1 (feature_BxTxD, already shifted) and token p;
+    its step s sits at position p + s - 1, takes its step s - 1 output and token embeds_SxBxTxD[s - 1][:, p],
+    and attends to step-1 entries at positions <= p plus its own steps 2..s. Returns each step's outputs."""
+    batch, t_len, _ = feature_BxTxD.shape
+    feature, outs, keys, values = feature_BxTxD, [], [], []
+    for step, embed_BxTxD in enumerate(embeds_SxBxTxD):
+      positions = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32) + step, (batch, t_len))
+      cos, sin = rope_tables(self.layer_config, positions)
+      feature = chain_block(self.block, self._inputs(feature, embed_BxTxD), cos, sin, keys, values)
+      outs.append(feature)
+    return outs
+
+
+def chain_block(block: Block, x_BxTxD, cos, sin, keys: list, values: list) -> jax.Array:
+  """A Llama block without a cache, for training. With empty `keys`: causal self-attention over the T positions
+  (their keys and values are appended). Otherwise position t is chain t's next step: it attends to the first
+  call's entries at positions <= t and to chain t's own entries of every later call, then appends its own."""
+  attn = block.attn
+  batch, t_len, _ = x_BxTxD.shape
+  groups = attn.n_heads // attn.n_kv_heads
+  h = block.attn_norm(x_BxTxD)
+  q = apply_rope(attn.q(h).reshape(batch, t_len, attn.n_kv_heads, groups, attn.head_dim),
+                 cos[:, :, None], sin[:, :, None]) * attn.head_dim**-0.5
+  keys.append(apply_rope(attn.k(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim), cos, sin))
+  values.append(attn.v(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim))
+  position_T = jnp.arange(t_len)
+  context = jnp.einsum("btkgd,bskd->bkgts", q.astype(jnp.float32), keys[0].astype(jnp.float32))
+  context = jnp.where((position_T[None, :] <= position_T[:, None])[None, None, None], context, -jnp.inf)
+  own = [jnp.einsum("btkgd,btkd->bkgt", q, k).astype(jnp.float32)[..., None] for k in keys[1:]]
+  weights = jax.nn.softmax(jnp.concatenate([context] + own, axis=-1), axis=-1)
+  mixed = jnp.einsum("bkgts,bskd->btkgd", weights[..., :t_len], values[0].astype(jnp.float32))
+  for i, v in enumerate(values[1:]):
+    mixed = mixed + jnp.einsum("bkgt,btkd->btkgd", weights[..., t_len + i], v.astype(jnp.float32))
+  x = x_BxTxD + attn.o(mixed.reshape(batch, t_len, -1).astype(x_BxTxD.dtype))
+  return x + block.mlp(block.mlp_norm(x))
+
+
+class FeatureHead(TrainedHead):
+  """The drafter. Draft state: the head's KV cache, the fused target features by position (valid below
+  seq_len - 1), and `filled_B`, the positions below which the cache holds entries computed from target features."""
+
+  net_class, config_class = FeatureNet, FeatureHeadConfig
+
+  @property
+  def feature_layers(self) -> tuple[int, ...]:
+    return self.config.feature_layers
+
+  @classmethod
+  def initial_net(cls, target: Model, config: FeatureHeadConfig, seed: int) -> nnx.State:
+    """Layer i's norm starts as the target's norm in front of layer i + 1 (the final norm after the last)."""
+    net = FeatureNet(config, nnx.Rngs(seed))
+    flat = target.flat_params()
+    for norm, layer in zip(net.layer_norms, config.feature_layers):
+      name = f"layers.{layer + 1}.attn_norm.scale" if layer + 1 < target.config.n_layers else "final_norm.scale"
+      norm.scale[...] = flat[name].astype(jnp.float32)
+    return nnx.split(net)[1]
+
+  def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket, features=None):
+    net = self.module(params["net"])
+    batch, size = tokens_BxS.shape
+    fused_BxTxD = net.fused(features.layers_BxTxLxD)
+    feature_BxSxD = jnp.zeros((batch, size, self.config.d_model), jnp.float32).at[:, :prompt_bucket].set(fused_BxTxD)
+    cache = init_cache(net.layer_config, batch, size, dtype=jnp.float32)
+    shifted = jnp.pad(fused_BxTxD[:, :-1], ((0, 0), (1, 0), (0, 0)))
+    positions = jnp.broadcast_to(jnp.arange(prompt_bucket, dtype=jnp.int32), (batch, prompt_bucket))
+    _, cache = net(shifted, embed_tokens(params["frozen"], tokens_BxS[:, :prompt_bucket]), positions, cache)
+    return {"cache": cache, "feature_BxSxD": feature_BxSxD, "draft_BxS": jnp.zeros((batch, size), jnp.int32),
+            "round_len_B": (prompt_len_B + 1).astype(jnp.int32)}
+
+  def _last_entry(self, net, frozen, state, tokens_BxS, seq_len_B):
+    """The cache entry of position seq_len - 1 (the one position a round starts without: its token was sampled
+    by the last verify call), from the target feature of seq_len - 2. Returns its output [B, D] and the cache."""
+    rows_B1 = jnp.arange(tokens_BxS.shape[0])[:, None]
+    position_B1 = (seq_len_B - 1)[:, None]
+    feature = state["feature_BxSxD"][rows_B1, jnp.maximum(position_B1 - 1, 0)]
+    out_Bx1xD, cache = net(feature, embed_tokens(frozen, tokens_BxS[rows_B1, position_B1]), position_B1,
+                           state["cache"])
+    return out_Bx1xD[:, 0], cache
+
+  def observe(self, params, state, tokens_BxS, seq_len_B):
+    _, cache = self._last_entry(self.module(params["net"]), params["frozen"], state, tokens_BxS, seq_len_B)
+    return dict(state, cache=cache, round_len_B=seq_len_B.astype(jnp.int32))
+
+  def propose(self, params, state, tokens_BxS, seq_len_B, k, sampling, keys_B):
+    net, frozen = self.module(params["net"]), params["frozen"]
+    out_BxD, cache = self._last_entry(net, frozen, state, tokens_BxS, seq_len_B)
+    keys_KxB = jnp.moveaxis(jax.vmap(lambda key: jax.random.split(key, k))(keys_B), 1, 0)
+    token_B, q_BxV = draw(frozen, net.out_norm(out_BxD), sampling, keys_KxB[0])
+
+    def step(carry, inputs):
+      cache, out_BxD, token_B = carry
+      key_B, position = inputs
+      out, cache = net(out_BxD[:, None], embed_tokens(frozen, token_B[:, None]), (seq_len_B + position)[:, None], cache)
+      next_B, q_BxV = draw(frozen, net.out_norm(out[:, 0]), sampling, key_B)
+      return (cache, out[:, 0], next_B), (next_B, q_BxV)
+
+    _, (tokens_KxB, q_KxBxV) = jax.lax.scan(step, (cache, out_BxD, token_B),
+                                            (keys_KxB[1:], jnp.arange(k - 1, dtype=jnp.int32)))
+    draft_BxK = jnp.concatenate([token_B[:, None], tokens_KxB.T], axis=1)
+    q_BxKxV = jnp.concatenate([q_BxV[:, None], jnp.moveaxis(q_KxBxV, 0, 1)], axis=1)
+    rows_B1 = jnp.arange(draft_BxK.shape[0])[:, None]
+    drafts = state["draft_BxS"].at[rows_B1, seq_len_B[:, None] + jnp.arange(k)[None, :]].set(draft_BxK, mode="drop")
+    return draft_BxK, q_BxKxV, dict(state, cache=cache, draft_BxS=drafts, round_len_B=seq_len_B.astype(jnp.int32))
+
+  def commit(self, params, state, n_accepted_B, seq_len_B, features=None):
+    """Stores the verified positions' fused features and recomputes the entries of the drafts from them (the
+    round's draft entries came from the head's own outputs). Entries past the accepted drafts are rewritten
+    before any query reads them, so any K (including the K = 0 rounds of the adaptive policy) works."""
+    net = self.module(params["net"])
+    fused_BxK1xD = net.fused(features.layers_BxTxLxD)
+    batch, k1, _ = fused_BxK1xD.shape
+    rows_B1 = jnp.arange(batch)[:, None]
+    start_B1 = state["round_len_B"][:, None]
+    positions_BxK1 = start_B1 - 1 + jnp.arange(k1, dtype=jnp.int32)[None, :]
+    feature = state["feature_BxSxD"].at[rows_B1, positions_BxK1].set(fused_BxK1xD, mode="drop")
+    cache = state["cache"]
+    if k1 > 1:
+      positions_BxK = positions_BxK1[:, 1:]
+      drafts = state["draft_BxS"][rows_B1, jnp.minimum(positions_BxK, feature.shape[1] - 1)]
+      _, cache = net(fused_BxK1xD[:, :-1], embed_tokens(params["frozen"], drafts), positions_BxK, cache)
+    return dict(state, cache=cache, feature_BxSxD=feature)

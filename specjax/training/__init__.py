@@ -1,0 +1,1 @@
+"""Training drafters by distillation from the target: corpus, objectives, optax loop, Orbax checkpoints, export."""

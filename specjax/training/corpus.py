@@ -1,0 +1,111 @@
+"""The offline training text: what the target itself writes for the training prompt pool (on-policy, as in
+DistillSpec), generated with specjax, plus docstrings of the Python standard library (PSF-licensed text that
+ships with every Python). Everything becomes fixed-length token sequences with a validity mask."""
+
+import ast
+import dataclasses
+import functools
+import os
+import sysconfig
+
+import numpy as np
+import tqdm
+
+from specjax.benchmark.tasks import byte_ids
+from specjax.generate import generate
+from specjax.model import Model
+from specjax.sampling import SamplingParams
+from specjax.training.prompt_pool import training_prompts
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusConfig:
+  """How much text to make; the fields (with the target) key the on-disk cache."""
+
+  n_prompts: int = 64              # on-policy sequences, one per training prompt
+  max_new_tokens: int = 128
+  generate_batch: int = 16
+  temperature: float = 0.0         # 0: the target's greedy continuations (what greedy decoding verifies)
+  stdlib_sequences: int = 32       # sequences of standard-library docstrings
+  seq_len: int = 256
+  heldout_fraction: float = 0.1
+  seed: int = 0
+
+
+def on_policy_ids(target: Model, prompts: list[str], config: CorpusConfig) -> list[list[int]]:
+  """prompt + the target's own continuation, token ids per prompt (chat template when there is a tokenizer)."""
+  chat = target.tokenizer is not None
+  if not chat:
+    prompts = [byte_ids(p, target.config.vocab_size, 0) for p in prompts]
+  sequences = []
+  sampling = SamplingParams(temperature=config.temperature)
+  for start in tqdm.trange(0, len(prompts), config.generate_batch, desc="on-policy text", leave=False):
+    batch = prompts[start:start + config.generate_batch]
+    result = generate(target, batch, max_new_tokens=config.max_new_tokens, sampling=sampling, chat=chat,
+                      seed=config.seed + start)
+    sequences += [p + t for p, t in zip(result.prompt_tokens, result.tokens)]
+  return sequences
+
+
+@functools.lru_cache(maxsize=4)
+def stdlib_docstrings(max_chars: int) -> str:
+  """Module, class and function docstrings of the standard library's top-level modules, in file-name order."""
+  root = sysconfig.get_paths()["stdlib"]
+  pieces, total = [], 0
+  for name in sorted(os.listdir(root)):
+    if not name.endswith(".py") or name.startswith("_"):
+      continue
+    try:
+      with open(os.path.join(root, name), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    except (SyntaxError, UnicodeDecodeError, OSError):
+      continue
+    for node in [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]:
+      doc = ast.get_docstring(node)
+      if doc and len(doc) > 80:
+        pieces.append(doc)
+        total += len(doc) + 2
+        if total >= max_chars:
+          return "\n\n".join(pieces)
+  return "\n\n".join(pieces)
+
+
+def stdlib_ids(target: Model, n_sequences: int, seq_len: int) -> list[list[int]]:
+  """n_sequences windows of seq_len tokens of standard-library docstrings."""
+  if n_sequences == 0:
+    return []
+  text = stdlib_docstrings(max_chars=n_sequences * seq_len * 6)
+  ids = (target.tokenizer.encode(text) if target.tokenizer is not None
+         else byte_ids(text, target.config.vocab_size, 0))
+  return [ids[i:i + seq_len] for i in range(0, len(ids) - seq_len + 1, seq_len)][:n_sequences]
+
+
+@functools.lru_cache(maxsize=4)
+def text_token_counts(target: Model, max_chars: int = 2_000_000) -> np.ndarray:
+  """Token frequencies [V] in a broad text (standard-library docstrings), tokenized only: no target pass."""
+  text = stdlib_docstrings(max_chars)
+  ids = target.tokenizer.encode(text) if target.tokenizer is not None else byte_ids(text, target.config.vocab_size, 0)
+  return np.bincount(np.asarray(ids, np.int64), minlength=target.config.vocab_size)
+
+
+def pack(sequences: list[list[int]], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+  """tokens [N, seq_len] (each sequence cut to seq_len, zero padded) and the mask of real tokens."""
+  tokens_NxT = np.zeros((len(sequences), seq_len), np.int32)
+  mask_NxT = np.zeros((len(sequences), seq_len), bool)
+  for row, ids in enumerate(sequences):
+    ids = ids[:seq_len]
+    tokens_NxT[row, :len(ids)] = ids
+    mask_NxT[row, :len(ids)] = True
+  return tokens_NxT, mask_NxT
+
+
+def corpus_tokens(target: Model, config: CorpusConfig) -> dict:
+  """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, then standard library)."""
+  prompts = training_prompts()
+  if config.n_prompts > len(prompts):
+    raise ValueError(f"n_prompts={config.n_prompts} but the training prompt pool has {len(prompts)} prompts")
+  sequences = on_policy_ids(target, prompts[:config.n_prompts], config) if config.n_prompts else []
+  library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
+  tokens, mask = pack(sequences + library, config.seq_len)
+  on_policy = np.arange(len(tokens)) < len(sequences)
+  return {"tokens": tokens, "mask": mask, "on_policy": on_policy}

@@ -1,0 +1,143 @@
+"""The training corpus with the target's view of it: token sequences, the target's final hidden states (its
+distribution at every position, through its head) and residual streams of chosen layers, stored in float16 and
+cached on disk; and the deterministic batch order (a function of the step, so a resumed run sees the same data)."""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+from flax import nnx
+
+from specjax.cache import init_cache
+from specjax.engine import target_features
+from specjax.model import Model
+from specjax.training.corpus import CorpusConfig, corpus_tokens
+
+
+@dataclasses.dataclass
+class Corpus:
+  tokens: np.ndarray        # [N, T] int32
+  mask: np.ndarray          # [N, T] bool, real tokens
+  hidden: np.ndarray        # [N, T, D] float16, the target's final-normed hidden states
+  layers: np.ndarray        # [N, T, L, D] float16, residual stream after each of layer_ids
+  layer_ids: tuple
+  heldout: np.ndarray       # [N] bool
+  on_policy: np.ndarray     # [N] bool, text the target generated (else standard-library text)
+
+  @property
+  def train_rows(self) -> np.ndarray:
+    return np.flatnonzero(~self.heldout)
+
+  @property
+  def heldout_rows(self) -> np.ndarray:
+    return np.flatnonzero(self.heldout)
+
+  def batch(self, rows, layer_ids=()) -> dict:
+    """Device arrays for these rows; `layers` holds only `layer_ids`, in that order."""
+    missing = sorted(set(layer_ids) - set(self.layer_ids))
+    if missing:
+      raise ValueError(f"the corpus holds target layers {self.layer_ids}, not {missing}")
+    rows = np.asarray(rows)
+    index = [self.layer_ids.index(i) for i in layer_ids]
+    return {"tokens": jnp.asarray(self.tokens[rows]), "mask": jnp.asarray(self.mask[rows]),
+            "hidden": jnp.asarray(self.hidden[rows]), "layers": jnp.asarray(self.layers[rows][:, :, index])}
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "layer_ids"))
+def _target_forward(graphdef, params, tokens_BxT, layer_ids):
+  target = nnx.merge(graphdef, params)
+  batch, t_len = tokens_BxT.shape
+  positions = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32), (batch, t_len))
+  hidden, _, features = target_features(target, tokens_BxT, positions, init_cache(target.config, batch, t_len),
+                                        layer_ids)
+  return hidden.astype(jnp.float16), features.layers_BxTxLxD.astype(jnp.float16)
+
+
+def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_size: int = 8):
+  """The target over every sequence (teacher forcing): hidden [N, T, D] and layers [N, T, L, D], float16."""
+  n = len(tokens_NxT)
+  pad = -n % batch_size
+  tokens = np.concatenate([tokens_NxT, np.zeros((pad, tokens_NxT.shape[1]), np.int32)])
+  hidden, layers = [], []
+  for start in tqdm.trange(0, len(tokens), batch_size, desc="target features", leave=False):
+    h, l = _target_forward(target.graphdef, target.params, jnp.asarray(tokens[start:start + batch_size]),
+                           tuple(layer_ids))
+    hidden.append(np.asarray(h))
+    layers.append(np.asarray(l))
+  return np.concatenate(hidden)[:n], np.concatenate(layers)[:n]
+
+
+def target_fingerprint(target: Model) -> str:
+  """Config and a digest of the embedding: a cache made with another checkpoint of the same shape is not reused."""
+  embed = np.asarray(target.flat_params()["embed"][:256], np.float32)
+  digest = hashlib.sha256(embed.tobytes()).hexdigest()[:16]
+  return json.dumps({"config": target.config.to_dict(), "embed": digest}, sort_keys=True)
+
+
+def _load(path: str) -> dict | None:
+  if not os.path.exists(path):
+    return None
+  with np.load(path) as f:
+    return {k: f[k] for k in f.files}
+
+
+def _save(path: str, arrays: dict) -> dict:
+  """np.savez written to a temporary name, then renamed: a crash never leaves a partial cache file."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  partial = path + ".partial.npz"
+  np.savez(partial, **arrays)
+  os.replace(partial, path)
+  return arrays
+
+
+def _key(*parts) -> str:
+  return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, path: str) -> dict:
+  """The target pass, reused from `path` when the cached one holds every wanted layer (else redone with the
+  union of both layer sets, so alternating configs do not recompute each other's)."""
+  cached = _load(path) if path else None
+  if cached is not None and set(layer_ids) <= set(cached["layer_ids"].tolist()):
+    have = cached["layer_ids"].tolist()
+    return {"hidden": cached["hidden"], "layers": cached["layers"][:, :, [have.index(i) for i in layer_ids]]}
+  wanted = tuple(sorted(set(layer_ids) | set(cached["layer_ids"].tolist() if cached is not None else ())))
+  hidden, layers = target_pass(target, tokens_NxT, wanted)
+  if path:
+    _save(path, {"hidden": hidden, "layers": layers, "layer_ids": np.asarray(wanted, np.int32)})
+  return {"hidden": hidden, "layers": layers[:, :, [wanted.index(i) for i in layer_ids]]}
+
+
+def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: str = "") -> Corpus:
+  """The corpus for `target`, from `cache_dir` when it was made before (the generated text and the target's
+  features are cached apart)."""
+  layer_ids = tuple(sorted(set(layer_ids)))
+  tokens_key = _key(target_fingerprint(target), dataclasses.asdict(config))
+  tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
+  text = (_load(tokens_path) if tokens_path else None) or corpus_tokens(target, config)
+  if tokens_path and not os.path.exists(tokens_path):
+    _save(tokens_path, text)
+  features = _features(target, text["tokens"], layer_ids,
+                       os.path.join(cache_dir, f"features-{tokens_key}.npz") if cache_dir else "")
+  n = len(text["tokens"])
+  order = np.random.default_rng(config.seed).permutation(n)
+  heldout = np.zeros(n, bool)
+  heldout[order[:int(round(n * config.heldout_fraction))]] = True
+  return Corpus(tokens=text["tokens"], mask=text["mask"].astype(bool), hidden=features["hidden"],
+                layers=features["layers"], layer_ids=layer_ids, heldout=heldout,
+                on_policy=text["on_policy"].astype(bool))
+
+
+def step_rows(rows: np.ndarray, batch_size: int, step: int, seed: int) -> np.ndarray:
+  """The rows of training step `step`: epochs of seeded permutations of `rows`, read in order."""
+  n = len(rows)
+  positions = step * batch_size + np.arange(batch_size)
+  epochs, offsets = np.divmod(positions, n)
+  perms = {e: np.random.default_rng([seed, int(e)]).permutation(n) for e in np.unique(epochs)}
+  return rows[np.array([perms[e][o] for e, o in zip(epochs, offsets)])]

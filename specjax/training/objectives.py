@@ -1,0 +1,159 @@
+"""What each trainable drafter fits: its trainable and frozen arrays, the target layers its batches carry, and its
+loss (KL to the target's distribution, plus feature regression where used), computed by the drafter's own modules.
+
+Every objective's batch: tokens [B, T], mask [B, T], hidden [B, T, D] (the target's final hidden, so its logits
+at position t, the distribution of token t + 1) and layers [B, T, L, D] (the residual streams of `layer_ids`).
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.drafters.draft_model import DraftModel
+from specjax.drafters.feature_head import FeatureHead, chain_block
+from specjax.drafters.layer_skip import LayerSkip
+from specjax.drafters.medusa import MedusaHeads
+from specjax.drafters.vocab_head import embed_tokens, head_logits
+from specjax.models.rope import rope_tables
+from specjax.training.losses import (feature_regression, kl_divergence, masked_mean, shift_left,
+                                     top1_agreement)
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """`loss(trainable, frozen, batch) -> (loss, metrics)` is pure (jit it); `drafter(trainable)` builds the drafter."""
+
+  kind: str
+  layer_ids: tuple
+  trainable: Any
+  frozen: Any
+  loss: Callable
+  drafter: Callable
+
+
+def _distill(metrics: dict, name: str, target_logits, draft_logits, valid_BxT):
+  """Adds kl_{name} and top1_{name} to metrics; returns the KL."""
+  kl = masked_mean(kl_divergence(target_logits, draft_logits), valid_BxT)
+  metrics[f"kl_{name}"] = kl
+  metrics[f"top1_{name}"] = masked_mean(top1_agreement(target_logits, draft_logits), valid_BxT)
+  return kl
+
+
+def _weighted(terms: list, decay: float):
+  weights = [decay**i for i in range(len(terms))]
+  return sum(w * t for w, t in zip(weights, terms)) / sum(weights)
+
+
+def feature_head_objective(head: FeatureHead, ttt_steps: int = 3, step_decay: float = 0.8,
+                           feature_weight: float = 0.0) -> Objective:
+  """Training-time test over `ttt_steps` draft steps; step s at chain p is scored against the target's
+  distribution at position p + s - 1 (and, with feature_weight, its normed output against the target's hidden)."""
+
+  def loss(net_state, frozen, batch):
+    net = head.module(net_state)
+    fused = net.fused(batch["layers"])
+    shifted = jnp.pad(fused[:, :-1], ((0, 0), (1, 0), (0, 0)))
+    embeds = [embed_tokens(frozen, shift_left(batch["tokens"], s)) for s in range(ttt_steps)]
+    target_logits = head_logits(frozen, batch["hidden"])
+    metrics, terms = {}, []
+    for s, out in enumerate(net.unrolled(shifted, embeds)):
+      valid = shift_left(batch["mask"], s, False)
+      target_hidden, predicted = shift_left(batch["hidden"], s), net.out_norm(out)
+      term = _distill(metrics, str(s + 1), shift_left(target_logits, s), head_logits(frozen, predicted), valid)
+      if feature_weight:
+        term = term + feature_weight * masked_mean(feature_regression(predicted, target_hidden), valid)
+      terms.append(term)
+    metrics["kl"] = metrics["kl_1"]
+    return _weighted(terms, step_decay), metrics
+
+  return Objective("feature_head", head.config.feature_layers, head.net, head.frozen, loss, head.with_net)
+
+
+def medusa_objective(heads: MedusaHeads, step_decay: float = 0.8) -> Objective:
+  """Head i on the hidden state at t is scored against the target's distribution at t + i + 1."""
+
+  def loss(net_state, frozen, batch):
+    inputs_BxTxHxD = heads.module(net_state)(batch["hidden"])
+    target_logits = head_logits(frozen, batch["hidden"])
+    metrics, terms = {}, []
+    for i in range(heads.config.n_heads):
+      target = shift_left(target_logits, i + 1)
+      terms.append(_distill(metrics, str(i + 1), target, head_logits(frozen, inputs_BxTxHxD[:, :, i]),
+                            shift_left(batch["mask"], i + 1, False)))
+    metrics["kl"] = metrics["kl_1"]
+    return _weighted(terms, step_decay), metrics
+
+  return Objective("medusa", (), heads.net, heads.frozen, loss, heads.with_net)
+
+
+def _split_adapter(params: nnx.State):
+  rest = nnx.State({k: v for k, v in params.items() if k != "exit_adapter"})
+  return params["exit_adapter"], rest
+
+
+def layer_skip_objective(skip: LayerSkip, loss_vocab_ids) -> Objective:
+  """Only the exit adapter trains; its input, the residual stream after layer N - 1, comes with the batch. The KL
+  is taken over `loss_vocab_ids` (both distributions renormalised there: the full head's matmul dominates)."""
+  if not skip.adapter_rank:
+    raise ValueError("a LayerSkip without an exit adapter (adapter_rank 0) has nothing to train")
+  adapter, rest = _split_adapter(skip.model.params)
+  ids = jnp.asarray(loss_vocab_ids)
+
+  def loss(adapter_state, frozen, batch):
+    params = nnx.merge_state(frozen["model"], nnx.State({"exit_adapter": adapter_state}))
+    module = skip.model.with_params(params).module()
+    head = {"head": output_rows(module, frozen["loss_vocab_ids"])}
+    draft = head_logits(head, module.exit_adapter(module.final_norm(batch["layers"][:, :, 0])))
+    metrics = {}
+    metrics["kl"] = _distill(metrics, "1", head_logits(head, batch["hidden"]), draft, batch["mask"])
+    return metrics["kl"], metrics
+
+  return Objective("layer_skip", (skip.n_layers - 1,), adapter, {"model": rest, "loss_vocab_ids": ids}, loss,
+                   skip.with_adapter)
+
+
+def output_rows(module, ids_Vl: jax.Array) -> jax.Array:
+  """Rows `ids` of a Llama's output head, [V_loss, D] (what `module.logits` multiplies by, restricted)."""
+  if module.config.tie_embeddings:
+    return jnp.take(module.embed[...], ids_Vl, axis=0)
+  return jnp.take(module.head.kernel[...], ids_Vl, axis=1).T
+
+
+def dense_hidden(module, tokens_BxT: jax.Array) -> jax.Array:
+  """A Llama's final-normed hidden states over whole sequences without a cache (differentiable; the decode
+  path's cache attention has a data-dependent loop)."""
+  batch, t_len = tokens_BxT.shape
+  positions = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32), (batch, t_len))
+  cos, sin = rope_tables(module.config, positions)
+  x = jnp.take(module.embed[...], tokens_BxT, axis=0)
+  for block in module.layers:
+    x = chain_block(block, x, cos, sin, [], [])
+  return module.final_norm(x)
+
+
+def draft_model_objective(draft: DraftModel, target_head_VxD: jax.Array, loss_vocab_ids,
+                          train_embeddings: bool = False) -> Objective:
+  """Distillation of a whole small model (its embedding too when train_embeddings); KL over `loss_vocab_ids`."""
+  params = draft.model.params
+  frozen_keys = () if train_embeddings else ("embed",)
+  trainable = nnx.State({k: v for k, v in params.items() if k not in frozen_keys})
+  fixed = nnx.State({k: v for k, v in params.items() if k in frozen_keys})
+  ids = jnp.asarray(loss_vocab_ids)
+
+  def loss(trainable_state, frozen, batch):
+    module = draft.model.with_params(nnx.merge_state(frozen["model"], trainable_state)).module()
+    hidden = dense_hidden(module, batch["tokens"])
+    draft_logits = head_logits({"head": output_rows(module, frozen["loss_vocab_ids"])}, hidden)
+    target_logits = head_logits({"head": frozen["target_head"]}, batch["hidden"])
+    metrics = {}
+    metrics["kl"] = _distill(metrics, "1", target_logits, draft_logits, batch["mask"])
+    return metrics["kl"], metrics
+
+  def rebuild(trainable_state):
+    return DraftModel(draft.model.with_params(nnx.merge_state(fixed, trainable_state)))
+
+  frozen = {"model": fixed, "target_head": jnp.take(target_head_VxD, ids, axis=0), "loss_vocab_ids": ids}
+  return Objective("draft_model", (), trainable, frozen, loss, rebuild)

@@ -1,0 +1,74 @@
+"""Config section -> initial drafter and objective for each trainable kind (the draft vocabulary picked from the
+corpus), and the target layers each kind's batches carry."""
+
+import numpy as np
+
+from specjax.drafters.draft_model import DraftModel
+from specjax.drafters.feature_head import FeatureHead, FeatureHeadConfig
+from specjax.drafters.layer_skip import LayerSkip
+from specjax.drafters.medusa import MedusaConfig, MedusaHeads
+from specjax.drafters.truncated import truncated_model
+from specjax.drafters.vocab_head import most_frequent_tokens, output_matrix
+from specjax.model import Model
+from specjax.training import objectives
+from specjax.training.corpus import text_token_counts
+from specjax.training.data import Corpus
+
+KINDS = ("feature_head", "medusa", "layer_skip", "draft_model")
+
+
+def _draft_vocab(corpus: Corpus, target: Model, size: int):
+  """The `size` tokens most frequent in the training rows (EOS always in), or None for the whole vocabulary."""
+  if not size or size >= target.config.vocab_size:
+    return None
+  return _frequent(corpus, target, size)
+
+
+def _loss_vocab(corpus: Corpus, target: Model, size: int) -> np.ndarray:
+  """Token ids a full-vocabulary drafter's KL is taken over (all of them when size is 0)."""
+  if not size or size >= target.config.vocab_size:
+    return np.arange(target.config.vocab_size, dtype=np.int32)
+  return _frequent(corpus, target, size)
+
+
+def _frequent(corpus: Corpus, target: Model, size: int) -> np.ndarray:
+  """Most frequent in the training rows; a small corpus leaves ties, broken by a broader text's frequencies."""
+  rows = corpus.train_rows
+  counts = np.bincount(corpus.tokens[rows][corpus.mask[rows]], minlength=target.config.vocab_size)
+  return most_frequent_tokens(counts, size, always=target.config.eos_token_ids,
+                              tie_break_V=text_token_counts(target))
+
+
+def layers_needed(kind: str, target: Model, settings) -> tuple:
+  """Target layers whose residual streams a kind's batches carry (known before the corpus exists)."""
+  if kind == "feature_head":
+    return FeatureHeadConfig.for_target(target.config, tuple(settings.feature_layers)).feature_layers
+  if kind == "layer_skip":
+    return (settings.n_layers - 1,)
+  return ()
+
+
+def make_objective(kind: str, target: Model, settings, corpus: Corpus, seed: int = 0) -> objectives.Objective:
+  """The initial drafter of `kind` (settings: that kind's config section) and its objective."""
+  if kind == "feature_head":
+    vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+    config = FeatureHeadConfig.for_target(target.config, tuple(settings.feature_layers), settings.ffn_dim,
+                                          settings.draft_vocab_size if vocab is not None else 0)
+    return objectives.feature_head_objective(FeatureHead.create(target, config, seed, vocab), settings.ttt_steps,
+                                             settings.step_decay, settings.feature_weight)
+  if kind == "medusa":
+    vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+    config = MedusaConfig.for_target(target.config, settings.n_heads,
+                                     settings.draft_vocab_size if vocab is not None else 0)
+    return objectives.medusa_objective(MedusaHeads.create(target, config, seed, vocab), settings.step_decay)
+  if kind == "layer_skip":
+    skip = LayerSkip.create(target, settings.n_layers, settings.adapter_rank, seed=seed)
+    return objectives.layer_skip_objective(skip, _loss_vocab(corpus, target, settings.loss_vocab_size))
+  if kind == "draft_model":
+    if not settings.init.startswith("truncate:"):
+      raise ValueError(f"draft_model.init must be truncate:N (the target's first N layers), got {settings.init!r}")
+    draft = DraftModel(truncated_model(target, int(settings.init.split(":", 1)[1])))
+    return objectives.draft_model_objective(draft, output_matrix(target),
+                                            _loss_vocab(corpus, target, settings.loss_vocab_size),
+                                            settings.train_embeddings)
+  raise ValueError(f"unknown drafter kind {kind!r}; trainable kinds: {KINDS}")

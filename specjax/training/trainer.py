@@ -1,0 +1,127 @@
+"""The optax training loop: AdamW with linear warmup and cosine decay, global-norm clipping, a jitted step,
+held-out loss, a tqdm bar, `metrics.jsonl`, and Orbax checkpoints every N steps resumed without losing steps."""
+
+import dataclasses
+import functools
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+
+from specjax.training.checkpointing import TrainCheckpoints, tree_signature
+from specjax.training.data import Corpus, step_rows
+from specjax.training.objectives import Objective
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  steps: int = 200
+  batch_size: int = 8
+  learning_rate: float = 1e-3
+  warmup_steps: int = 20
+  end_lr_fraction: float = 0.1
+  weight_decay: float = 0.01
+  clip_norm: float = 1.0
+  seed: int = 0
+  checkpoint_every: int = 50
+  keep_checkpoints: int = 2
+  log_every: int = 10
+  eval_every: int = 0          # held-out loss every N steps (0: before and after only)
+
+
+def schedule(config: TrainConfig) -> optax.Schedule:
+  warmup = min(config.warmup_steps, max(config.steps - 1, 0))
+  return optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=config.learning_rate, warmup_steps=warmup, decay_steps=max(config.steps, warmup + 1),
+      end_value=config.learning_rate * config.end_lr_fraction)
+
+
+def optimizer(config: TrainConfig) -> optax.GradientTransformation:
+  return optax.chain(optax.clip_by_global_norm(config.clip_norm),
+                     optax.adamw(schedule(config), weight_decay=config.weight_decay))
+
+
+def _train_step(loss_fn, opt, state, frozen, batch):
+  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], frozen, batch)
+  updates, opt_state = opt.update(grads, state["opt"], state["params"])
+  params = optax.apply_updates(state["params"], updates)
+  return {"params": params, "opt": opt_state}, dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
+
+
+def heldout_loss(objective: Objective, corpus: Corpus, params, batch_size: int, loss_fn=None) -> dict:
+  """Every held-out metric averaged over the held-out rows (in batches of batch_size; the last one wraps)."""
+  loss_fn = loss_fn or jax.jit(objective.loss)
+  rows = corpus.heldout_rows
+  if len(rows) == 0:
+    return {}
+  totals = []
+  for start in range(0, len(rows), batch_size):
+    chunk = np.resize(rows[start:start + batch_size], batch_size)
+    loss, metrics = loss_fn(params, objective.frozen, corpus.batch(chunk, objective.layer_ids))
+    totals.append(jax.device_get(dict(metrics, loss=loss)))
+  return {f"heldout_{k}": float(np.mean([t[k] for t in totals])) for k in totals[0]}
+
+
+class MetricsLog:
+  """metrics.jsonl: one JSON object per line, each with its `step`; on resume, lines past that step are dropped."""
+
+  def __init__(self, path: str, resume_step: int):
+    self.path = path
+    kept = []
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+    with open(path, "w", encoding="utf-8") as f:
+      f.writelines(kept)
+
+  def write(self, record: dict) -> None:
+    with open(self.path, "a", encoding="utf-8") as f:
+      f.write(json.dumps(record) + "\n")
+
+
+def train(objective: Objective, corpus: Corpus, config: TrainConfig, output_dir: str, run: dict | None = None,
+          stop_after: int | None = None, progress: bool = True):
+  """Trains objective.trainable; returns (trained params, held-out metrics at the end).
+
+  Resumes from the latest checkpoint in output_dir/checkpoints. `run` (JSON) describes what must match to resume;
+  `stop_after` ends this call after that many steps in total (an interruption, for tests)."""
+  os.makedirs(output_dir, exist_ok=True)
+  opt = optimizer(config)
+  params = jax.tree.map(jnp.copy, objective.trainable)  # the step donates its state; the objective keeps its own
+  state = {"params": params, "opt": opt.init(params)}
+  description = dict(run or {}, kind=objective.kind, train=dataclasses.asdict(config), state=tree_signature(state))
+  checkpoints = TrainCheckpoints(os.path.join(output_dir, "checkpoints"), config.checkpoint_every,
+                                 config.keep_checkpoints, description)
+  start, state = checkpoints.restore_latest(state)
+  log = MetricsLog(os.path.join(output_dir, "metrics.jsonl"), start)
+  step_fn = jax.jit(functools.partial(_train_step, objective.loss, opt), donate_argnums=(0,))
+  loss_fn = jax.jit(objective.loss)
+  lr = schedule(config)
+  if start == 0:
+    log.write(dict(step=0, **heldout_loss(objective, corpus, state["params"], config.batch_size, loss_fn)))
+  end = config.steps if stop_after is None else min(stop_after, config.steps)
+  bar = tqdm.tqdm(range(start, end), initial=start, total=config.steps, desc=objective.kind, disable=not progress)
+  began = time.perf_counter()
+  for step in bar:
+    batch = corpus.batch(step_rows(corpus.train_rows, config.batch_size, step, config.seed), objective.layer_ids)
+    state, metrics = step_fn(state, objective.frozen, batch)
+    done = step + 1
+    if done % config.log_every == 0 or done == config.steps:
+      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      bar.set_postfix(loss=f"{metrics['loss']:.3f}", kl=f"{metrics['kl']:.3f}")
+      log.write(dict(step=done, lr=float(lr(step)), elapsed_s=time.perf_counter() - began, **metrics))
+    if config.eval_every and done % config.eval_every == 0 and done != config.steps:
+      log.write(dict(step=done, **heldout_loss(objective, corpus, state["params"], config.batch_size, loss_fn)))
+    checkpoints.save(done, state, force=done == config.steps)
+  bar.close()
+  final = {}
+  if end == config.steps:
+    final = heldout_loss(objective, corpus, state["params"], config.batch_size, loss_fn)
+    log.write(dict(step=config.steps, **final))
+  checkpoints.close()
+  return state["params"], final

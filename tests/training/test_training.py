@@ -1,0 +1,83 @@
+"""Training lowers the held-out KL for every trainable drafter; checkpoints resume exactly and refuse bad input."""
+
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from specjax.training.recipes import make_objective
+from specjax.training.trainer import TrainConfig, heldout_loss, train
+
+SETTINGS = ml_collections.ConfigDict(dict(
+    feature_head=dict(feature_layers=(0, 1, 2), ffn_dim=64, draft_vocab_size=48, ttt_steps=2, step_decay=0.8,
+                      feature_weight=0.1),
+    medusa=dict(n_heads=3, draft_vocab_size=0, step_decay=0.8),
+    layer_skip=dict(n_layers=1, adapter_rank=16, loss_vocab_size=48),
+    draft_model=dict(init="truncate:1", train_embeddings=True, loss_vocab_size=0),
+))
+QUICK = TrainConfig(steps=40, batch_size=4, learning_rate=1e-2, warmup_steps=4, checkpoint_every=20, log_every=10)
+
+
+@pytest.mark.parametrize("kind", ["feature_head", "medusa", "layer_skip", "draft_model"])
+def test_training_lowers_heldout_kl(peaked_target, tiny_corpus, tmp_path, kind):
+  objective = make_objective(kind, peaked_target, SETTINGS[kind], tiny_corpus)
+  before = heldout_loss(objective, tiny_corpus, objective.trainable, QUICK.batch_size)["heldout_kl"]
+  trained, after = train(objective, tiny_corpus, QUICK, str(tmp_path), progress=False)
+  assert after["heldout_kl"] < 0.9 * before, (before, after)
+  with open(tmp_path / "metrics.jsonl") as f:
+    steps = [json.loads(line)["step"] for line in f]
+  assert steps[0] == 0 and steps[-1] == QUICK.steps
+  objective.drafter(trained)  # the trained parameters make a drafter
+
+
+def _medusa(peaked_target, tiny_corpus):
+  return make_objective("medusa", peaked_target, SETTINGS.medusa, tiny_corpus)
+
+
+def test_interrupted_and_resumed_equals_uninterrupted(peaked_target, tiny_corpus, tmp_path):
+  config = TrainConfig(steps=7, batch_size=4, learning_rate=1e-2, warmup_steps=2, checkpoint_every=2, log_every=1)
+  objective = _medusa(peaked_target, tiny_corpus)
+  whole, _ = train(objective, tiny_corpus, config, str(tmp_path / "whole"), progress=False)
+  # Interrupted after 5 steps: the checkpoint of step 4 is the latest; step 5 is lost and redone on resume.
+  train(objective, tiny_corpus, config, str(tmp_path / "parts"), stop_after=5, progress=False)
+  assert sorted(os.listdir(tmp_path / "parts" / "checkpoints"))[-1] == "4"
+  resumed, _ = train(objective, tiny_corpus, config, str(tmp_path / "parts"), progress=False)
+  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  with open(tmp_path / "parts" / "metrics.jsonl") as f:
+    steps = [json.loads(line)["step"] for line in f]
+  assert steps == sorted(steps) and len([s for s in steps if s == 5]) == 1
+
+
+def test_mismatched_checkpoint_is_refused(peaked_target, tiny_corpus, tmp_path):
+  config = TrainConfig(steps=2, batch_size=4, checkpoint_every=1, log_every=1)
+  train(_medusa(peaked_target, tiny_corpus), tiny_corpus, config, str(tmp_path), progress=False)
+  other = TrainConfig(steps=2, batch_size=4, learning_rate=5e-4, checkpoint_every=1, log_every=1)
+  with pytest.raises(ValueError, match="different run.*train"):
+    train(_medusa(peaked_target, tiny_corpus), tiny_corpus, other, str(tmp_path), progress=False)
+  layer_skip = make_objective("layer_skip", peaked_target, SETTINGS.layer_skip, tiny_corpus)
+  with pytest.raises(ValueError, match="different run"):
+    train(layer_skip, tiny_corpus, config, str(tmp_path), progress=False)
+
+
+def test_corrupt_checkpoint_is_refused(peaked_target, tiny_corpus, tmp_path):
+  config = TrainConfig(steps=2, batch_size=4, checkpoint_every=1, log_every=1)
+  train(_medusa(peaked_target, tiny_corpus), tiny_corpus, config, str(tmp_path), progress=False)
+  state_dir = tmp_path / "checkpoints" / "2" / "state"
+  for root, _, files in os.walk(state_dir):
+    for name in files:
+      with open(os.path.join(root, name), "wb") as f:
+        f.write(b"not a checkpoint")
+  with pytest.raises(ValueError, match="corrupt"):
+    train(_medusa(peaked_target, tiny_corpus), tiny_corpus, config, str(tmp_path), progress=False)
+
+
+def test_objectives_use_the_layers_they_declare(peaked_target, tiny_corpus):
+  assert make_objective("layer_skip", peaked_target, SETTINGS.layer_skip, tiny_corpus).layer_ids == (0,)
+  assert make_objective("feature_head", peaked_target, SETTINGS.feature_head, tiny_corpus).layer_ids == (0, 1, 2)
+  with pytest.raises(ValueError, match="nothing to train"):
+    make_objective("layer_skip", peaked_target, ml_collections.ConfigDict(dict(SETTINGS.layer_skip, adapter_rank=0)),
+                   tiny_corpus)
