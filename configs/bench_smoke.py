@@ -16,7 +16,7 @@ def get_config():
   c.auto_ks = ()                   # the adaptive policy is tested in tests/test_policy.py; the full run measures it
   c.batch_sizes = (1, 2)
   c.temperatures = (0.0,)
-  c.sweep = "smoke"                # every method at K=2, batch 1; draft_model also at K=4 and at batch 2
+  c.sweep = "smoke"                # every method at K=2, batch 1; draft_model also at K=4, batch 2
   c.drafter_dirs.medusa = "untrained"
   c.drafter_dirs.feature_head = "untrained"
   c.drafter_dirs.layer_skip = ""   # the target's first layer_skip_layers layers and its head
@@ -24,7 +24,7 @@ def get_config():
   c.phase_split_batch_sizes = (1,)
   c.phase_split_methods = ("ar", "prompt_lookup")  # the mode's code path once (the tiny test runs it for all)
   c.prompts_per_category = 1
-  c.max_new_tokens = 16
+  c.max_new_tokens = 8
   c.prompt_bucket = 256            # all categories share one shape (the two shortest long-context prompts fit)
   c.draft_layers = 2
   c.peers = ""                     # the HF peer: add --config.peers=hf (about 6 more minutes here)

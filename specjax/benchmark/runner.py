@@ -3,7 +3,7 @@ process, with the autoregressive baseline measured in the same run; returns the 
 
 Shapes are shared to bound compilation: one cache size for the whole run and one prompt bucket per category
 (`config.prompt_bucket` raises every bucket to at least that size, so a run can compile one program per cell).
-Each program's first call compiles and is not timed (its time is reported as `compile_s`).
+Each program's first call compiles, generates one token and is not timed (its time is reported as `compile_s`).
 """
 
 import dataclasses
@@ -120,19 +120,22 @@ def validate_config(config) -> dict:
 
 def plan(c: dict, max_k: dict | None = None) -> list[Cell]:
   """Cells to run: AR at every batch size, plus each drafter method over K x batch size ('grid'), over K at the
-  first batch size and over batch sizes at the first K ('axes'), or at the first K and batch size only with the
-  first drafter method spanning both axes ('smoke': every code path, fewest compilations); the adaptive K ("auto")
-  at every batch size ('grid') or at the first. K above a method's max_k (e.g. Medusa's head count) is skipped."""
+  first batch size and over batch sizes at the first K ('axes'), or at the first K and batch size only, the first
+  drafter method also at the last K and last batch size together ('smoke': every code path, fewest compilations);
+  the adaptive K ("auto") at every batch size ('grid') or at the first. K above a method's max_k (e.g. Medusa's
+  head count) is skipped."""
   sweep, first_b, first_k = c.get("sweep", "grid"), c["batch_sizes"][0], c["ks"][0]
+  last = (c["ks"][-1], c["batch_sizes"][-1])
   cells = []
   for temp, batch in itertools.product(c["temperatures"], c["batch_sizes"]):
     cells.append(Cell("ar", 0, batch, temp))
     for i, method in enumerate(c["methods"][1:]):
-      axes = sweep == "axes" or (sweep == "smoke" and i == 0)
       for k in c["ks"]:
         if k > (max_k or {}).get(method, MAX_K):
           continue
-        if sweep == "grid" or (axes and (batch == first_b or k == first_k)) or (batch == first_b and k == first_k):
+        if (sweep == "grid" or (batch == first_b and k == first_k)
+            or (sweep == "axes" and (batch == first_b or k == first_k))
+            or (sweep == "smoke" and i == 0 and (k, batch) == last)):
           cells.append(Cell(method, k, batch, temp))
       if c["auto_ks"] and (sweep == "grid" or batch == first_b):
         cells.append(Cell(method, AUTO, batch, temp))
@@ -269,8 +272,8 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
 
   key = (cell.method, cell.k, cell.batch_size, cell.temperature, bucket)
   compile_s = first_call_ttft_s = None
-  if key not in compiled:
-    first = call(inputs[0], c.get("seed", 0))
+  if key not in compiled:  # the compiling call stops after its first token: its decode rounds would not be timed
+    first = call(_Inputs(prompt_ids, groups[0], size, 1), c.get("seed", 0))
     compile_s, first_call_ttft_s = first["wall_s"], first["first_token_s"]
     compiled.add(key)
   calls = []

@@ -30,11 +30,11 @@ def test_axes_sweep_runs_auto_at_the_first_batch_size_only():
   assert {x.batch_size for x in autos} == {1} and len(autos) == 5 * 2
 
 
-def test_smoke_sweep_runs_every_method_and_spans_k_and_batch_with_the_first():
+def test_smoke_sweep_runs_every_method_and_varies_k_and_batch_with_the_first():
   cells = plan(validate_config(bench_smoke.get_config()))
   others = ("prompt_lookup", "layer_skip", "medusa", "feature_head")
   assert set(cells) == {Cell("ar", 0, 1, 0.0), Cell("ar", 0, 2, 0.0)} | {
-      Cell("draft_model", k, b, 0.0) for k, b in ((2, 1), (4, 1), (2, 2))} | {Cell(m, 2, 1, 0.0) for m in others}
+      Cell("draft_model", k, b, 0.0) for k, b in ((2, 1), (4, 2))} | {Cell(m, 2, 1, 0.0) for m in others}
 
 
 def test_k_above_a_methods_max_k_is_skipped():
