@@ -57,7 +57,9 @@ def run_phase_split(target, drafter, tokens_BxS, prompt_len_B, max_new_B, seed_k
     state = state.replace(draft_state=_drafter_init(drafter_params, state.tokens_BxS, prompt_len_B,
                                                     state.prompt_features, drafter=drafter,
                                                     prompt_bucket=prompt_bucket), prompt_features=())
-  jax.block_until_ready(state)
+  # Committed like the states _accept returns (a jit output is committed when any input is, e.g. drafter weights
+  # placed with device_put), so that every round calls the programs the warmup compiled.
+  state = jax.block_until_ready(jax.tree.map(lambda x: jax.device_put(x, x.sharding), state))
 
   def one_round(state, timings):
     t0 = time.perf_counter()
