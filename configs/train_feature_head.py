@@ -35,7 +35,8 @@ def get_config():
   c.medusa = dict(n_heads=4, draft_vocab_size=8192, step_decay=0.8, train=dict())
   # loss_vocab_size: the KL of a full-vocabulary drafter is taken over the most frequent tokens (the head's
   # matmul over all 49152 would dominate the step).
-  c.layer_skip = dict(n_layers=8, adapter_rank=256, loss_vocab_size=8192, train=dict(batch_size=8))
+  c.layer_skip = dict(n_layers=0, adapter_rank=256, loss_vocab_size=8192,  # n_layers 0: a quarter of the depth
+                      train=dict(batch_size=8))
   c.draft_model = dict(init="truncate:4", train_embeddings=False, loss_vocab_size=8192,
                        train=dict(steps=200, learning_rate=5e-4))
   return c

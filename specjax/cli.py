@@ -45,8 +45,7 @@ def drafter_from_config(kind: str, target: Model, draft_source: str = "", max_ng
     if kind == "layer_skip" and draft_source.isdigit():
       return drafters.LayerSkip.create(target, int(draft_source))
     if draft_source == "untrained":  # freshly initialised: exercises the code path, drafts near chance
-      return getattr(drafters, TRAINED_KINDS[kind]).create(target) if kind != "layer_skip" else \
-          drafters.LayerSkip.create(target, max(1, target.config.n_layers // 4))
+      return getattr(drafters, TRAINED_KINDS[kind]).create(target)
     if not draft_source:
       raise ValueError(f"drafter {kind!r} needs draft_source: the directory of a trained {kind} "
                        f"(scripts/train_draft.py writes one), or 'untrained'")

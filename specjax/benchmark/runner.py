@@ -25,6 +25,7 @@ from specjax.generate import pack_batch, unpack_new_tokens
 from specjax.generate import prompt_bucket as auto_bucket
 from specjax.calibration import calibrate_round_cost
 from specjax.distributed import host_values
+from specjax.drafters.layer_skip import default_exit_layers
 from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
 
@@ -170,7 +171,7 @@ def _drafter(method: str, target, c: dict):
                        f"{target.config.n_layers} layers")
     source = f"truncate:{c['draft_layers']}"
   if method == "layer_skip" and not source:
-    layers = c.get("layer_skip_layers", 8)
+    layers = c.get("layer_skip_layers") or default_exit_layers(target.config.n_layers)
     if not 1 <= layers < target.config.n_layers:
       raise ValueError(f"config.layer_skip_layers={layers} must be in [1, {target.config.n_layers})")
     source = str(layers)

@@ -12,6 +12,12 @@ from specjax.model import Model
 from specjax.models.llama import Llama, RMSNorm
 
 
+def default_exit_layers(target_layers: int) -> int:
+  """How many of the target's layers draft when no number is given: a quarter of its depth, rounded up (8 of
+  SmolLM2-135M's 30); the benchmark, the CLI and training all take it from here."""
+  return max(1, -(-target_layers // 4))
+
+
 class ExitAdapter(nnx.Module):
   """h + up(SiLU(down(norm(h)))) on the final-normed hidden; `up` starts at zero, so an untrained adapter is
   the plain early exit."""
@@ -59,8 +65,10 @@ class LayerSkip(DraftModel):
     self.n_layers, self.adapter_rank = n_layers, adapter_rank
 
   @classmethod
-  def create(cls, target: Model, n_layers: int, adapter_rank: int = 0, adapter: nnx.State | None = None,
+  def create(cls, target: Model, n_layers: int = 0, adapter_rank: int = 0, adapter: nnx.State | None = None,
              seed: int = 0) -> "LayerSkip":
+    """The target's first n_layers (0: `default_exit_layers`) and head, with an exit adapter when adapter_rank."""
+    n_layers = n_layers or default_exit_layers(target.config.n_layers)
     model = (early_exit_model(target, n_layers, adapter_rank, adapter, seed) if adapter_rank
              else truncated_model(target, n_layers))
     return cls(model, n_layers, adapter_rank)

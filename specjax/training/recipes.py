@@ -5,7 +5,7 @@ import numpy as np
 
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.feature_head import FeatureHead, FeatureHeadConfig
-from specjax.drafters.layer_skip import LayerSkip
+from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
 from specjax.drafters.medusa import MedusaConfig, MedusaHeads
 from specjax.drafters.truncated import truncated_model
 from specjax.drafters.vocab_head import most_frequent_tokens, output_matrix
@@ -44,7 +44,7 @@ def layers_needed(kind: str, target: Model, settings) -> tuple:
   if kind == "feature_head":
     return FeatureHeadConfig.for_target(target.config, tuple(settings.feature_layers)).feature_layers
   if kind == "layer_skip":
-    return (settings.n_layers - 1,)
+    return ((settings.n_layers or default_exit_layers(target.config.n_layers)) - 1,)
   return ()
 
 

@@ -54,3 +54,17 @@ def test_results_file_must_hold_records(tmp_path):
   path.write_text(json.dumps("nope"))
   with pytest.raises(ValueError, match="list of benchmark records"):
     measured.load_results(str(path))
+
+
+def test_end_to_end_prediction_adds_the_prefill_and_removes_the_phase_split_overhead():
+  base = {"batch_size": 1, "category": "prose", "temperature": 0.0, "n_calls": 1, "new_tokens": 31}
+  # AR: 30 rounds of a 12 ms fused round with one 60 ms prefill -> a 10 ms fused step; its phase-split round is
+  # 0 + 10 + 4 = 14 ms, so the phase-split mode adds 4 ms per round.
+  ar = dict(base, method="ar", k=0, draft_ms_per_round=0.0, verify_ms_per_round=10.0, accept_ms_per_round=4.0,
+            fused_ms_per_round=12.0, rounds=30, ttft_ms_p50=60.0, speedup_vs_ar=1.0)
+  # Speculative: a round is 4 + 12 + 2 - 4 = 14 ms for E4 tokens; the 30 tokens after a 70 ms prefill.
+  spec = dict(base, method="feature_head", k=4, alpha=0.8, draft_ms_per_round=4.0, verify_ms_per_round=12.0,
+              accept_ms_per_round=2.0, ttft_ms_p50=70.0, speedup_vs_ar=1.8)
+  (row,) = measured.compare_with_measured([ar, spec])
+  assert row["end_to_end"] and row["phase_overhead_ms"] == pytest.approx(4.0)
+  assert row["predicted_speedup"] == pytest.approx((60 + 30 * 10) / (70 + 30 * 14 / E4))

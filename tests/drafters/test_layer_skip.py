@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specjax.drafters import DraftModel, truncated_model
-from specjax.drafters.layer_skip import LayerSkip
+from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
 from specjax.sampling import SamplingParams
 
 
@@ -45,3 +45,8 @@ def test_untrained_adapter_is_the_plain_early_exit(exactness_target):
   plain = truncated_model(exactness_target, 1).module().logits(hidden)
   np.testing.assert_allclose(np.asarray(with_adapter), np.asarray(plain), atol=1e-6)
   assert jnp.all(jnp.isfinite(with_adapter))
+
+
+def test_default_depth_is_a_quarter_of_the_target_rounded_up(exactness_target):
+  assert [default_exit_layers(n) for n in (1, 2, 4, 5, 30)] == [1, 1, 1, 2, 8]
+  assert LayerSkip.create(exactness_target).n_layers == default_exit_layers(exactness_target.config.n_layers)
