@@ -19,7 +19,7 @@ def get_config():
   # layer_skip_layers layers and head, no adapter); "untrained" = a freshly initialised head (times the code path).
   c.drafter_dirs = ml_collections.ConfigDict(dict(draft_model="", layer_skip="", medusa="", feature_head=""))
   c.categories = ("code", "prose", "structured", "long_context")
-  c.ks = (1, 2, 3, 4, 6, 8)
+  c.ks = (1, 2, 3, 4, 6, 8)        # fixed K; () runs only the adaptive cells (needs auto_ks)
   c.auto_ks = (1, 2, 4)            # the adaptive policy's candidate K (k="auto" cells); () = no adaptive cells
   c.batch_sizes = (1, 2, 4, 8, 16)
   c.temperatures = (0.0, 1.0)

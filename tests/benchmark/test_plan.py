@@ -61,3 +61,17 @@ def test_ar_baseline_is_always_added():
   c = _cpu()
   c.methods = ("prompt_lookup",)
   assert validate_config(c)["methods"] == ("ar", "prompt_lookup")
+
+
+def test_policy_config_runs_only_autoregressive_and_adaptive_cells():
+  from configs import bench_policy
+  cells = plan(validate_config(bench_policy.get_config()))
+  assert {x.k for x in cells} == {0, "auto"} and {x.batch_size for x in cells} == {1, 4, 16}
+  assert len(cells) == 2 * 3 * 2  # (AR, auto) x batch sizes x temperatures
+
+
+def test_no_fixed_k_needs_the_adaptive_cells():
+  c = _cpu()
+  c.ks, c.auto_ks = (), ()
+  with pytest.raises(ValueError, match="config.ks"):
+    validate_config(c)
