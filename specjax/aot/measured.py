@@ -36,18 +36,21 @@ def compare_with_measured(records: list[dict], tolerance: float = 0.25) -> list[
     alpha, k, measured = _alpha(rec), int(rec["k"]), rec.get("speedup_vs_ar")
     if alpha is None or measured is None:
       continue
-    ar_phase_ms = (base.get("draft_ms_per_round") or 0.0) + base["verify_ms_per_round"] + \
-        (base.get("accept_ms_per_round") or 0.0)
+    ar_step_ms = base["verify_ms_per_round"] + (base.get("accept_ms_per_round") or 0.0)
     ar_fused_ms, tokens = _fused_step_ms(base), _tokens_per_row(rec)
     end_to_end = ar_fused_ms is not None and tokens is not None and rec.get("ttft_ms_p50") is not None
-    overhead_ms = ar_phase_ms - ar_fused_ms if end_to_end else 0.0
-    ar_ms = ar_fused_ms if end_to_end else ar_phase_ms - (base.get("draft_ms_per_round") or 0.0)
+    if end_to_end:  # the AR phase-split round (its empty draft phase included) against its fused step
+      overhead_ms = (base.get("draft_ms_per_round") or 0.0) + ar_step_ms - ar_fused_ms
+      ar_ms = ar_fused_ms
+    else:
+      overhead_ms, ar_ms = 0.0, ar_step_ms
     # The draft phase of a round is K draft steps; verify and accept together are the K+1 verification.
     spec_ms = spec_ms_per_token(alpha, k, ar_ms, rec["draft_ms_per_round"] / k,
                                 rec["verify_ms_per_round"] + rec["accept_ms_per_round"] - overhead_ms)
-    predicted = ar_ms / spec_ms
     if end_to_end:
       predicted = (base["ttft_ms_p50"] + (tokens - 1) * ar_ms) / (rec["ttft_ms_p50"] + (tokens - 1) * spec_ms)
+    else:
+      predicted = ar_ms / spec_ms
     error = measured / predicted - 1.0
     rows.append({"method": rec["method"], "k": k, "batch_size": rec["batch_size"], "category": rec.get("category"),
                  "temperature": rec.get("temperature"), "alpha": alpha, "predicted_speedup": predicted,
@@ -61,8 +64,8 @@ def _fused_step_ms(ar_record) -> float | None:
   needed = ("fused_ms_per_round", "rounds", "ttft_ms_p50", "n_calls")
   if any(ar_record.get(name) is None for name in needed) or not ar_record["rounds"]:
     return None
-  r = ar_record
-  return (r["fused_ms_per_round"] * r["rounds"] - r["ttft_ms_p50"] * r["n_calls"]) / r["rounds"]
+  return (ar_record["fused_ms_per_round"] * ar_record["rounds"]
+          - ar_record["ttft_ms_p50"] * ar_record["n_calls"]) / ar_record["rounds"]
 
 
 def _tokens_per_row(record) -> float | None:
