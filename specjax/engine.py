@@ -152,7 +152,7 @@ def accept_and_commit(drafter, drafter_params, state: DecodeState, logits_BxK1xV
   rows_B = jnp.arange(batch)
   _, accept_keys = round_keys(state)
   p_BxK1xV = distribution(logits_BxK1xV, sampling)
-  n_accepted_B, next_B = accept(p_BxK1xV, q_BxKxV, draft_BxK, accept_keys)
+  n_accepted_B, next_B = accept(p_BxK1xV, q_BxKxV, draft_BxK, accept_keys, greedy=sampling.greedy)
 
   index_1xK1 = jnp.arange(k + 1, dtype=jnp.int32)[None, :]
   padded_BxK1 = jnp.concatenate([draft_BxK, jnp.zeros((batch, 1), jnp.int32)], axis=1)
@@ -188,15 +188,43 @@ def accept_and_commit(drafter, drafter_params, state: DecodeState, logits_BxK1xV
 
 def adaptive_round(target, drafter, drafter_params, state: DecodeState, max_new_B, round_cost_N, *,
                    policy: SpeculationPolicy, sampling, eos_ids: tuple) -> DecodeState:
-  """One round at the K the policy picks (a `lax.switch` over compiled branches, K = 0 included)."""
-  branch = choose_branch(policy, state.policy, round_cost_N, state.round)
-  branches = [functools.partial(speculative_round, target, drafter, drafter_params, max_new_B=max_new_B, k=k,
-                                sampling=sampling, eos_ids=eos_ids) for k in policy.branch_ks]
+  """The autoregressive steps the policy picks in a row, then (unless the generation ended) one speculative round
+  at the K it picks. The steps run as their own loop with the plain autoregressive body, so that speculation
+  turned off costs what autoregressive decoding costs; only a speculative round goes through the `lax.switch`.
+  A round is also autoregressive when the drafter expects no active row to be worth verifying
+  (`Drafter.worth_verifying`)."""
+  max_rounds = state.accepted_RxB.shape[0]
+
+  def unfinished(state):
+    return jnp.any(~state.done_B) & (state.round < max_rounds)
+
+  def wants_autoregressive(state):
+    return unfinished(state) & ((choose_branch(policy, state.policy, round_cost_N, state.round) == 0)
+                                | ~drafter_sees_a_match(state))
+
+  def drafter_sees_a_match(state):
+    worth_B = drafter.worth_verifying(drafter_params, state.draft_state, state.tokens_BxS, state.seq_len_B)
+    if worth_B is None:
+      return jnp.bool_(True)
+    return jnp.any(worth_B & ~state.done_B) | (state.policy.forced_branch >= 0)
+
+  def autoregressive_step(state):
+    new_state = speculative_round(target, drafter, drafter_params, state, max_new_B, k=0, sampling=sampling,
+                                  eos_ids=eos_ids)
+    return new_state.replace(policy=state.policy.replace(ar_streak=state.policy.ar_streak + 1))
+
+  state = jax.lax.while_loop(wants_autoregressive, autoregressive_step, state)
+  branch = jnp.where(unfinished(state), choose_branch(policy, state.policy, round_cost_N, state.round), 0)
+  # Branch 0 is reached only when the generation has ended (or calibration forces it): then nothing runs.
+  branches = [lambda state: state] + [
+      functools.partial(speculative_round, target, drafter, drafter_params, max_new_B=max_new_B, k=k,
+                        sampling=sampling, eos_ids=eos_ids) for k in policy.ks]
   new_state = jax.lax.switch(branch, branches, state)
-  n_accepted_B = jnp.maximum(new_state.accepted_RxB[state.round], 0)
+  n_accepted_B = jnp.maximum(new_state.accepted_RxB[jnp.minimum(state.round, max_rounds - 1)], 0)
   k_used = jnp.asarray(policy.branch_ks, jnp.int32)[branch]
-  return new_state.replace(policy=update_policy_state(policy, state.policy, branch, k_used, n_accepted_B,
-                                                      ~state.done_B))
+  policy_state = update_policy_state(policy, state.policy, branch, k_used, n_accepted_B, ~state.done_B, round_cost_N)
+  return new_state.replace(policy=jax.tree.map(lambda new, old: jnp.where(branch > 0, new, old), policy_state,
+                                               state.policy))
 
 
 def speculative_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *, k: int, sampling,
@@ -248,7 +276,7 @@ def _decode(target, drafter, drafter_params, state, prompt_len_B, max_new_B, pol
 
   if isinstance(k, SpeculationPolicy):
     round_cost_N, forced_branch = policy_inputs
-    state = state.replace(policy=init_policy_state(k, forced_branch))
+    state = state.replace(policy=init_policy_state(k, forced_branch, round_cost_N))
 
     def body(state):
       return adaptive_round(target, drafter, drafter_params, state, max_new_B, round_cost_N, policy=k,

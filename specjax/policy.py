@@ -6,8 +6,11 @@ autoregressive steps) in the compiled loop. Each round it estimates the per-posi
 exponential average of accepted / tested drafts over active rows) and takes the branch with the most expected
 tokens per unit of time, E(alpha, K) / cost(K), where cost(K) is the measured time of a round at that K over
 the time of an autoregressive step (`calibrate_round_cost`). It starts small (the first round drafts with the
-smallest K) and, while speculation does not pay, probes with the smallest K at doubling intervals so that a
-drafter that starts to match again (e.g. prompt lookup reaching quoted text) is noticed at little cost.
+smallest K, when the prior acceptance says speculation pays at all) and, while speculation does not pay, probes
+with the smallest K so that a drafter that starts to match again (e.g. prompt lookup reaching quoted text) is
+noticed. Probes are spaced so that failed ones cost at most `probe_budget` of the autoregressive time: a probe
+loses cost(K_min) - 1 steps, so the first comes after (cost(K_min) - 1) / probe_budget autoregressive rounds
+(at least `probe_interval`), and the spacing doubles after each failed probe.
 """
 
 import dataclasses
@@ -24,8 +27,9 @@ class SpeculationPolicy:
   ks: tuple[int, ...] = (1, 2, 4)   # candidate drafts per round, smallest first
   smoothing: float = 0.3            # weight of the newest round in the acceptance estimate
   prior_alpha: float = 0.5          # acceptance estimate before any round was verified
-  probe_interval: int = 4           # autoregressive rounds before the first probe; doubles after a failed probe
+  probe_interval: int = 4           # fewest autoregressive rounds before a probe; doubles after a failed probe
   max_probe_interval: int = 64
+  probe_budget: float = 0.03        # fraction of autoregressive time that failed probes may cost
 
   def __post_init__(self):
     ks = tuple(self.ks)
@@ -38,6 +42,8 @@ class SpeculationPolicy:
       raise ValueError(f"SpeculationPolicy.smoothing must be in (0, 1], got {self.smoothing}")
     if not 0.0 <= self.prior_alpha < 1.0:
       raise ValueError(f"SpeculationPolicy.prior_alpha must be in [0, 1), got {self.prior_alpha}")
+    if not 0.0 < self.probe_budget <= 1.0:
+      raise ValueError(f"SpeculationPolicy.probe_budget must be in (0, 1], got {self.probe_budget}")
     if not 1 <= self.probe_interval <= self.max_probe_interval:
       raise ValueError("SpeculationPolicy needs 1 <= probe_interval <= max_probe_interval, got "
                        f"{self.probe_interval} and {self.max_probe_interval}")
@@ -60,9 +66,19 @@ class PolicyState:
   forced_branch: jax.Array    # >= 0: always take that branch (calibration); -1: the policy decides
 
 
-def init_policy_state(policy: SpeculationPolicy, forced_branch=-1) -> PolicyState:
+def init_policy_state(policy: SpeculationPolicy, forced_branch=-1, round_cost_N=None) -> PolicyState:
+  """The state before the first round; with round_cost_N, the first probe waits until its cost fits the budget."""
   return PolicyState(alpha=jnp.float32(policy.prior_alpha), ar_streak=jnp.int32(0),
-                     interval=jnp.int32(policy.probe_interval), forced_branch=jnp.asarray(forced_branch, jnp.int32))
+                     interval=first_probe_interval(policy, round_cost_N),
+                     forced_branch=jnp.asarray(forced_branch, jnp.int32))
+
+
+def first_probe_interval(policy: SpeculationPolicy, round_cost_N=None) -> jax.Array:
+  """Autoregressive rounds before a probe: failed probes (cost(K_min) - 1 steps each) stay within probe_budget."""
+  if round_cost_N is None:
+    return jnp.int32(policy.probe_interval)
+  rounds = jnp.ceil(jnp.maximum(round_cost_N[1] - 1.0, 0.0) / policy.probe_budget)
+  return jnp.clip(rounds, policy.probe_interval, policy.max_probe_interval).astype(jnp.int32)
 
 
 def expected_tokens(alpha, k):
@@ -77,12 +93,13 @@ def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, round_cost_N, 
   value_N = expected_tokens(pstate.alpha, ks_N) / round_cost_N
   best = jnp.argmax(value_N).astype(jnp.int32)
   probe = (best == 0) & (pstate.ar_streak >= pstate.interval)
-  branch = jnp.where((round_index == 0) | probe, 1, best)
+  start_small = (round_index == 0) & (best > 0)
+  branch = jnp.where(start_small | probe, 1, best)
   return jnp.where(pstate.forced_branch >= 0, pstate.forced_branch, branch).astype(jnp.int32)
 
 
 def update_policy_state(policy: SpeculationPolicy, pstate: PolicyState, branch, k_used, n_accepted_B,
-                        active_B) -> PolicyState:
+                        active_B, round_cost_N=None) -> PolicyState:
   """Folds one round's acceptance into the estimate; doubles the probe interval after a probe that did not pay."""
   tested_B = jnp.minimum(n_accepted_B + 1, k_used)
   tested = jnp.sum(jnp.where(active_B, tested_B, 0))
@@ -93,7 +110,7 @@ def update_policy_state(policy: SpeculationPolicy, pstate: PolicyState, branch, 
   was_probe = speculative & (pstate.ar_streak >= pstate.interval)
   interval = jnp.where(was_probe & (observed < 0.5),
                        jnp.minimum(2 * pstate.interval, policy.max_probe_interval), pstate.interval)
-  interval = jnp.where(speculative & (observed >= 0.5), policy.probe_interval, interval)
+  interval = jnp.where(speculative & (observed >= 0.5), first_probe_interval(policy, round_cost_N), interval)
   ar_streak = jnp.where(branch == 0, pstate.ar_streak + 1, 0)
   return pstate.replace(alpha=alpha.astype(jnp.float32), ar_streak=ar_streak.astype(jnp.int32),
                         interval=interval.astype(jnp.int32))

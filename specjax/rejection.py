@@ -12,8 +12,12 @@ import jax.numpy as jnp
 from specjax.sampling import sample
 
 
-def accept(p_BxK1xV: jax.Array, q_BxKxV: jax.Array, draft_BxK: jax.Array, keys_B: jax.Array):
-  """Returns (n_accepted_B in [0, K], next_token_B): the correction or bonus token after the accepted run."""
+def accept(p_BxK1xV: jax.Array, q_BxKxV: jax.Array, draft_BxK: jax.Array, keys_B: jax.Array, *,
+           greedy: bool = False):
+  """Returns (n_accepted_B in [0, K], next_token_B): the correction or bonus token after the accepted run.
+
+  greedy (static): p is one-hot, so the correction or bonus is its argmax and no random draw is needed (same
+  result as the general path, without sampling a vocabulary-sized distribution per row)."""
   batch, k = draft_BxK.shape
   accept_keys, residual_keys = jnp.moveaxis(jax.vmap(lambda key: jax.random.split(key, 2))(keys_B), 1, 0)
   p_draft_BxK = jnp.take_along_axis(p_BxK1xV[:, :k], draft_BxK[..., None], axis=-1)[..., 0]
@@ -26,6 +30,8 @@ def accept(p_BxK1xV: jax.Array, q_BxKxV: jax.Array, draft_BxK: jax.Array, keys_B
   q_padded = jnp.concatenate([q_BxKxV, jnp.zeros_like(p_BxK1xV[:, :1])], axis=1)
   rows = jnp.arange(batch)
   p_at_B = p_BxK1xV[rows, n_accepted_B]
+  if greedy:
+    return n_accepted_B.astype(jnp.int32), jnp.argmax(p_at_B, axis=-1).astype(jnp.int32)
   residual_BxV = jnp.maximum(p_at_B - q_padded[rows, n_accepted_B], 0.0)
   mass_B1 = residual_BxV.sum(axis=-1, keepdims=True)
   # mass is 0 only when p == q (where rejection has probability 0): fall back to p.

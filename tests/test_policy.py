@@ -35,7 +35,8 @@ def test_choice_follows_acceptance_and_cost():
   assert int(choose_branch(POLICY, _state(0.05), dear, 5)) == 0       # low acceptance: autoregressive
   assert int(choose_branch(POLICY, _state(0.9), dear, 5)) == 3        # E(0.9, 4) / 3.5 = 1.17 > 1
   assert int(choose_branch(POLICY, _state(0.5), dear, 5)) == 0        # E(0.5, K) / cost(K) < 1 for every K
-  assert int(choose_branch(POLICY, _state(0.05), dear, 0)) == 1       # starts small: first round drafts with K=1
+  assert int(choose_branch(POLICY, _state(0.9), cheap, 0)) == 1       # starts small: first round drafts with K=1
+  assert int(choose_branch(POLICY, _state(0.05), dear, 0)) == 0       # ... unless the prior says nothing pays
   assert int(choose_branch(POLICY, _state(0.05, streak=4), dear, 9)) == 1   # probe after `interval` AR rounds
   assert int(choose_branch(POLICY, _state(0.9, forced=2), cheap, 5)) == 2
 
@@ -52,11 +53,27 @@ def test_failed_probes_back_off_and_success_resets():
   assert int(ar.ar_streak) == 1 and float(ar.alpha) == pytest.approx(float(paid.alpha))
 
 
+def test_probes_are_spaced_by_their_cost():
+  """A failed probe costs cost(K_min) - 1 steps: the first waits until that fits probe_budget of the AR time."""
+  policy = SpeculationPolicy(ks=(1, 2), probe_interval=4, max_probe_interval=64, probe_budget=0.05)
+  assert int(init_policy_state(policy).interval) == 4
+  assert int(init_policy_state(policy, round_cost_N=jnp.asarray([1.0, 1.1, 1.3])).interval) == 4
+  assert int(init_policy_state(policy, round_cost_N=jnp.asarray([1.0, 1.6, 2.0])).interval) == 12
+  assert int(init_policy_state(policy, round_cost_N=jnp.asarray([1.0, 9.0, 9.5])).interval) == 64
+  state = init_policy_state(policy, round_cost_N=jnp.asarray([1.0, 1.6, 2.0])).replace(
+      interval=jnp.int32(48), ar_streak=jnp.int32(48))
+  paid = update_policy_state(policy, state, jnp.int32(1), jnp.int32(1), jnp.ones((2,), jnp.int32),
+                             jnp.ones((2,), bool), jnp.asarray([1.0, 1.6, 2.0]))
+  assert int(paid.interval) == 12                                     # a probe that paid resets the spacing
+
+
 def test_bad_policy_settings_are_named():
   with pytest.raises(ValueError, match="ks"):
     SpeculationPolicy(ks=(4, 2))
   with pytest.raises(ValueError, match="smoothing"):
     SpeculationPolicy(smoothing=0.0)
+  with pytest.raises(ValueError, match="probe_budget"):
+    SpeculationPolicy(probe_budget=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +117,35 @@ def test_policy_speculates_when_drafts_match_and_stops_when_they_cannot(target):
   assert (k_R == 0).mean() > 0.6                                # mostly autoregressive, with sparse probes
   k_R, _ = _run(target, never, [1.0, 3.0, 4.0, 6.0], forced=2)
   assert (k_R == 2).all()
+
+
+def test_calibrated_costs_respect_the_work_done():
+  """Noise that makes a longer round look cheaper than an AR step (or than a shorter round) is removed."""
+  from specjax.calibration import ordered_costs
+  np.testing.assert_allclose(ordered_costs([1.0, 0.87, 1.19, 1.36]), [1.0, 1.0, 1.19, 1.36], rtol=1e-6)
+  np.testing.assert_allclose(ordered_costs([1.0, 1.4, 1.3, 1.9]), [1.0, 1.4, 1.4, 1.9], rtol=1e-6)
+
+
+def test_no_speculative_round_where_the_drafter_sees_no_match(target):
+  """Prompt lookup under the policy (every K cheap): a speculative round only where some row's suffix bigram
+  occurred before; autoregressive steps otherwise."""
+  rows = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15, 16]]
+  tokens, lengths, max_new = pack_batch(rows, 64, 24)
+  state = generate_program(target.params, (), jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(max_new),
+                           specjax_key(), graphdef=target.graphdef, drafter=drafters.PromptLookup(max_ngram=3),
+                           sampling=GREEDY, k=POLICY, eos_ids=(), prompt_bucket=32,
+                           policy_inputs=(jnp.asarray([1.0, 1.0, 1.0, 1.0]), jnp.int32(-1)))
+  rounds = int(state.round)
+  out = np.asarray(state.tokens_BxS)
+  lens_after = np.asarray(lengths)[None, :] + 1 + np.cumsum(np.asarray(state.emitted_RxB)[:rounds], axis=0)
+  lens_before = np.vstack([np.asarray(lengths)[None] + 1, lens_after[:-1]])
+  k_R = np.asarray(state.k_R)[:rounds]
+  assert (k_R == 0).any() and (k_R > 0).any()
+  for r, k in enumerate(k_R):
+    has_bigram = []
+    for b in range(2):
+      seq = out[b, :lens_before[r, b]].tolist()
+      grams = set(zip(seq[:-2], seq[1:-1]))
+      has_bigram.append(tuple(seq[-2:]) in grams)
+    if k > 0:
+      assert any(has_bigram), (r, k)

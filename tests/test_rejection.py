@@ -51,6 +51,22 @@ def test_accept_greedy_is_greedy_verification():
   assert int(n[0]) == 3 and int(nxt[0]) == 2
 
 
+def test_greedy_shortcut_equals_the_general_path():
+  """accept(greedy=True) skips the draw; with one-hot p (any q) it must give the general path's tokens."""
+  rng = np.random.default_rng(0)
+  batch, k = 64, 3
+  p = jax.nn.one_hot(jnp.asarray(rng.integers(0, VOCAB, (batch, k + 1))), VOCAB)
+  q = jnp.asarray(rng.dirichlet(np.ones(VOCAB), size=(batch, k)).astype(np.float32))
+  drafts = jnp.where(jnp.asarray(rng.random((batch, k)) < 0.6), jnp.argmax(p[:, :k], -1),
+                     jnp.asarray(rng.integers(0, VOCAB, (batch, k))))
+  keys = jax.random.split(jax.random.key(1), batch)
+  n_general, next_general = accept(p, q, drafts, keys)
+  n_greedy, next_greedy = accept(p, q, drafts, keys, greedy=True)
+  assert (np.asarray(n_general) == np.asarray(n_greedy)).all()
+  assert (np.asarray(next_general) == np.asarray(next_greedy)).all()
+  assert 0 < float(np.mean(np.asarray(n_greedy))) < k
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_accept_first_token_matches_p(k):
   """One row per sample: the first emitted token (draft if accepted, else correction) follows p."""
@@ -143,7 +159,7 @@ def test_speculative_joint_distribution_equals_target(target, anti_target, name,
 def test_wrong_acceptance_rule_fails_the_test(target, monkeypatch):
   """Accepting a draft iff it is the target's argmax (then sampling from p) is not exact: detected."""
 
-  def argmax_rule(p, q, draft, keys):
+  def argmax_rule(p, q, draft, keys, greedy=False):
     k = draft.shape[1]
     ok = draft == jnp.argmax(p[:, :k], axis=-1)
     n = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)

@@ -51,6 +51,12 @@ class Drafter:
     """
     raise NotImplementedError
 
+  def worth_verifying(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array) -> jax.Array | None:
+    """bool_B: rows whose next proposal the drafter itself expects to be worth a verification, or None (no
+    opinion). The adaptive policy runs an autoregressive step, instead of a speculative round, when no
+    active row is worth it (e.g. prompt lookup without a long enough match)."""
+    return None
+
   def observe(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array) -> Any:
     """State after a round that drafted nothing (the adaptive policy's autoregressive step): the target is about
     to verify the token at seq_len_B - 1; drafters that keep a cache take in what precedes it."""

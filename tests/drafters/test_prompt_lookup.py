@@ -33,6 +33,20 @@ def test_rows_are_independent_and_proposals_stop_at_the_sequence_end():
   assert out[1] == [4, 4, 4, 4]  # no match: the last token repeated
 
 
+def test_worth_verifying_needs_a_long_enough_match():
+  rows = [[1, 2, 3, 4, 5, 7, 2, 3, 9, 1, 2, 3], [7, 1, 7, 8, 6, 7], [1, 2, 3, 4]]
+  tokens = np.zeros((3, 32), np.int32)
+  for i, row in enumerate(rows):
+    tokens[i, :len(row)] = row
+  lengths = jnp.asarray([len(r) for r in rows], jnp.int32)
+  worth = PromptLookup(max_ngram=3).worth_verifying((), (), jnp.asarray(tokens), lengths)
+  assert np.asarray(worth).tolist() == [True, False, False]   # trigram; unigram only; no match
+  worth = PromptLookup(max_ngram=3, worth_ngram=1).worth_verifying((), (), jnp.asarray(tokens), lengths)
+  assert np.asarray(worth).tolist() == [True, True, False]
+
+
 def test_bad_ngram_bounds():
   with pytest.raises(ValueError, match="min_ngram"):
     PromptLookup(max_ngram=1, min_ngram=2)
+  with pytest.raises(ValueError, match="worth_ngram"):
+    PromptLookup(worth_ngram=0)
