@@ -36,6 +36,8 @@ def calibrate_round_cost(target_params, drafter_params, host_inputs, *, policy, 
   def timed(max_new: int, forced: int):
     state = jax.tree.map(jnp.copy, prefilled)  # the decode program donates its state
     budget = jnp.full(prompt_len_B.shape, max_new, jnp.int32)
+    # As the prefill marks it for this budget: a one-token budget is done before any round (the zero-round call).
+    state = state.replace(done_B=state.done_B | (budget <= state.n_new_B))
     jax.block_until_ready((state, budget))
     start = time.perf_counter()
     state = decode_program(target_params, drafter_params, state, prompt_len, budget,

@@ -193,38 +193,34 @@ def adaptive_round(target, drafter, drafter_params, state: DecodeState, max_new_
   turned off costs what autoregressive decoding costs; only a speculative round goes through the `lax.switch`.
   A round is also autoregressive when the drafter expects no active row to be worth verifying
   (`Drafter.worth_verifying`)."""
-  max_rounds = state.accepted_RxB.shape[0]
-
-  def unfinished(state):
-    return jnp.any(~state.done_B) & (state.round < max_rounds)
-
   def wants_autoregressive(state):
     return unfinished(state) & ((choose_branch(policy, state.policy, round_cost_N, state.round) == 0)
-                                | ~drafter_sees_a_match(state))
+                                | ~some_row_worth_verifying(state))
 
-  def drafter_sees_a_match(state):
+  def some_row_worth_verifying(state):
     worth_B = drafter.worth_verifying(drafter_params, state.draft_state, state.tokens_BxS, state.seq_len_B)
     if worth_B is None:
       return jnp.bool_(True)
     return jnp.any(worth_B & ~state.done_B) | (state.policy.forced_branch >= 0)
 
-  def autoregressive_step(state):
-    new_state = speculative_round(target, drafter, drafter_params, state, max_new_B, k=0, sampling=sampling,
+  def round_at(branch, k, state):
+    new_state = speculative_round(target, drafter, drafter_params, state, max_new_B, k=k, sampling=sampling,
                                   eos_ids=eos_ids)
-    return new_state.replace(policy=state.policy.replace(ar_streak=state.policy.ar_streak + 1))
+    n_accepted_B = jnp.maximum(new_state.accepted_RxB[state.round], 0)
+    return new_state.replace(policy=update_policy_state(policy, state.policy, branch, jnp.int32(k), n_accepted_B,
+                                                        ~state.done_B, round_cost_N))
 
-  state = jax.lax.while_loop(wants_autoregressive, autoregressive_step, state)
+  state = jax.lax.while_loop(wants_autoregressive, functools.partial(round_at, jnp.int32(0), 0), state)
   branch = jnp.where(unfinished(state), choose_branch(policy, state.policy, round_cost_N, state.round), 0)
   # Branch 0 is reached only when the generation has ended (or calibration forces it): then nothing runs.
-  branches = [lambda state: state] + [
-      functools.partial(speculative_round, target, drafter, drafter_params, max_new_B=max_new_B, k=k,
-                        sampling=sampling, eos_ids=eos_ids) for k in policy.ks]
-  new_state = jax.lax.switch(branch, branches, state)
-  n_accepted_B = jnp.maximum(new_state.accepted_RxB[jnp.minimum(state.round, max_rounds - 1)], 0)
-  k_used = jnp.asarray(policy.branch_ks, jnp.int32)[branch]
-  policy_state = update_policy_state(policy, state.policy, branch, k_used, n_accepted_B, ~state.done_B, round_cost_N)
-  return new_state.replace(policy=jax.tree.map(lambda new, old: jnp.where(branch > 0, new, old), policy_state,
-                                               state.policy))
+  branches = [lambda state: state] + [functools.partial(round_at, jnp.int32(i + 1), k)
+                                      for i, k in enumerate(policy.ks)]
+  return jax.lax.switch(branch, branches, state)
+
+
+def unfinished(state: DecodeState) -> jax.Array:
+  """Some row still generates and the round log has room."""
+  return jnp.any(~state.done_B) & (state.round < state.accepted_RxB.shape[0])
 
 
 def speculative_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *, k: int, sampling,
@@ -269,10 +265,6 @@ def _decode(target, drafter, drafter_params, state, prompt_len_B, max_new_B, pol
     features = state.prompt_features if drafter.feature_layers is not None else None
     state = state.replace(draft_state=drafter.init(drafter_params, state.tokens_BxS, prompt_len_B, prompt_bucket,
                                                    features=features), prompt_features=())
-  max_rounds = state.accepted_RxB.shape[0]
-
-  def not_finished(state):
-    return jnp.any(~state.done_B) & (state.round < max_rounds)
 
   if isinstance(k, SpeculationPolicy):
     round_cost_N, forced_branch = policy_inputs
@@ -286,7 +278,7 @@ def _decode(target, drafter, drafter_params, state, prompt_len_B, max_new_B, pol
       return speculative_round(target, drafter, drafter_params, state, max_new_B, k=k, sampling=sampling,
                                eos_ids=eos_ids)
 
-  return jax.lax.while_loop(not_finished, body, state)
+  return jax.lax.while_loop(unfinished, body, state)
 
 
 def generate_program(target_params, drafter_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, *, graphdef,

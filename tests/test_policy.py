@@ -149,3 +149,23 @@ def test_no_speculative_round_where_the_drafter_sees_no_match(target):
       has_bigram.append(tuple(seq[-2:]) in grams)
     if k > 0:
       assert any(has_bigram), (r, k)
+
+
+def test_calibration_subtracts_a_zero_round_decode(target, monkeypatch):
+  """The fixed cost subtracted from every timing is a decode that runs no round (one-token budget)."""
+  from specjax import calibration
+  calls, decode = [], calibration.decode_program
+
+  def counted(*args, **kwargs):
+    state = decode(*args, **kwargs)
+    calls.append((int(args[4][0]), int(state.round)))
+    return state
+
+  monkeypatch.setattr(calibration, "decode_program", counted)
+  tokens, lengths, _ = pack_batch(PROMPTS, 64, 1)
+  costs = calibration.calibrate_round_cost(target.params, (), (tokens, lengths), policy=POLICY,
+                                           graphdef=target.graphdef, drafter=drafters.PromptLookup(),
+                                           sampling=GREEDY, eos_ids=(), prompt_bucket=32)
+  assert {rounds for budget, rounds in calls if budget == 1} == {0}
+  assert all(rounds > 0 for budget, rounds in calls if budget > 1)
+  assert costs[0] == 1.0 and (np.diff(costs) >= 0).all()
