@@ -21,6 +21,7 @@ def get_config():
   c.prompts_per_category = 2       # rows cycle over them: a batch of 16 holds each prompt 8 times
   c.max_new_tokens = 32
   c.repeats = 2                    # every call twice: the ratios sit within a few percent of 1, like the noise
+  c.paired_with_ar = True          # and an autoregressive call beside each: paired_speedup_vs_ar
   c.prompt_bucket = 256            # one prompt shape for every category: one compilation per cell
   c.output_dir = "results/bench_policy"
   return c

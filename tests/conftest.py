@@ -1,6 +1,7 @@
 """Shared fixtures: the real SmolLM2-135M GGUF (specjax and HF transformers views of it), loaded once."""
 
 import functools
+import gc
 import os
 
 # Eight host devices for the sharding tests; must be set before jax initialises its backend.
@@ -21,6 +22,16 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # Compiled programs are reused across test runs (and by CI on the same machine).
 jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/specjax/jax-test-cache"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_compiled_programs():
+  """Frees every compiled program after each test module. Each XLA:CPU executable holds memory mappings, and one
+  process running the whole suite otherwise passes the kernel's vm.max_map_count (65530), where compilation
+  segfaults."""
+  yield
+  jax.clear_caches()
+  gc.collect()
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -67,6 +67,19 @@ def throughput(records) -> float:
   return tokens / wall if wall > 0 else 0.0
 
 
+def paired_speedups(calls, ar_calls) -> dict:
+  """Speedup over autoregressive decoding from calls paired with autoregressive calls on the same inputs, run
+  back to back: the machine's drift between cells (up to 10% on a shared CPU) falls out of each pair's ratio.
+  `paired_speedup_vs_ar` is the median pair; the pooled figure is total throughput over the paired calls."""
+  if len(calls) != len(ar_calls) or not calls:
+    raise ValueError(f"paired speedups need one autoregressive call per call, got {len(ar_calls)} for {len(calls)}")
+  ratios = [throughput([a]) / throughput([b]) for a, b in zip(calls, ar_calls) if throughput([b]) > 0]
+  return {"paired_speedup_vs_ar": float(np.median(ratios)) if ratios else None,
+          "paired_speedup_vs_ar_pooled": throughput(calls) / throughput(ar_calls) if throughput(ar_calls) else None,
+          "paired_speedup_vs_ar_min": float(min(ratios)) if ratios else None,
+          "paired_calls": len(ratios)}
+
+
 def latencies_ms_per_token(records) -> np.ndarray:
   """Per row of every call: the call's wall time / the row's new tokens (what one request sees)."""
   values = [1e3 * float(r["wall_s"]) / n for r in records for n in r["new_tokens"] if n > 0]

@@ -229,7 +229,10 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   units = len(cells) * len(c["categories"])
   bar = tqdm(total=units + (peer_runner.units() if peer_runner else 0), desc="benchmark", disable=not progress)
   compiled, calibrated, records, outputs = set(), {}, [], {}
-  for cell, cat in itertools.product(cells, c["categories"]):
+  for i, (cell, cat) in enumerate(itertools.product(cells, c["categories"])):
+    if i and (cell.batch_size, cell.temperature) != (previous.batch_size, previous.temperature):
+      jax.clear_caches()  # no later cell reuses these programs; each holds memory maps (vm.max_map_count)
+    previous = cell
     bar.set_postfix_str(f"{cell.method} k={cell.k} B={cell.batch_size} T={cell.temperature:g} {cat}")
     record, rows_out = _run_cell(target, drafters[cell.method], cell, cat, suite[cat], prompt_ids[cat],
                                  buckets[cat], size, eos_ids, c, compiled, calibrated)
@@ -245,23 +248,21 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   return records
 
 
-def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, size, eos_ids, c, compiled,
-              calibrated):
+def _caller(target, drafter, cell: Cell, bucket, eos_ids, c, calibrated, calibration_inputs):
+  """`call(inputs, seed)` -> call record for one cell's program, and the adaptive cell's measured round costs
+  (calibrated once per program, on `calibration_inputs`, in this run)."""
   sampling = SamplingParams(temperature=cell.temperature)
   drafter_params = drafter.params() if drafter is not None else ()
   auto = cell.k == AUTO
   k = SpeculationPolicy(ks=c["auto_ks"]) if auto else cell.k
   max_k = k.max_k if auto else k
   program = dict(graphdef=target.graphdef, drafter=drafter, sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket)
-  groups = _groups(len(prompt_ids), cell.batch_size)
-  inputs = [_Inputs(prompt_ids, rows, size, c["max_new_tokens"]) for rows in groups]
-  key = (cell.method, cell.k, cell.batch_size, cell.temperature, bucket)
-  round_cost = None
-  policy_inputs = ()
-  if auto:  # measured on this cell's own program, once per program (the first category's inputs), in this run
+  round_cost, policy_inputs = None, ()
+  if auto:
+    key = (cell.method, cell.batch_size, cell.temperature, bucket)
     if key not in calibrated:
-      calibrated[key] = calibrate_round_cost(target.params, drafter_params,
-                                             (inputs[0].tokens_BxS, inputs[0].prompt_len_B), policy=k, **program)
+      calibrated[key] = calibrate_round_cost(target.params, drafter_params, (calibration_inputs.tokens_BxS,
+                                             calibration_inputs.prompt_len_B), policy=k, **program)
     round_cost = calibrated[key]
     policy_inputs = (jnp.asarray(round_cost), jnp.int32(-1))
 
@@ -276,15 +277,34 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
             "accepted": accepted[:int(rounds)].tolist(), "k": max_k, "k_R": k_R[:int(rounds)].tolist(),
             "tokens": unpack_new_tokens(tokens, inputs.prompt_len_B, n_new)}
 
+  return call, max_k, round_cost
+
+
+def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, size, eos_ids, c, compiled,
+              calibrated):
+  auto = cell.k == AUTO
+  sampling = SamplingParams(temperature=cell.temperature)
+  groups = _groups(len(prompt_ids), cell.batch_size)
+  inputs = [_Inputs(prompt_ids, rows, size, c["max_new_tokens"]) for rows in groups]
+  call, max_k, round_cost = _caller(target, drafter, cell, bucket, eos_ids, c, calibrated, inputs[0])
+  paired = c.get("paired_with_ar", False) and cell.method != "ar"
+  ar_call = _caller(target, None, Cell("ar", 0, cell.batch_size, cell.temperature), bucket, eos_ids, c,
+                    calibrated, inputs[0])[0] if paired else None
+  key = (cell.method, cell.k, cell.batch_size, cell.temperature, bucket)
   compile_s = first_call_ttft_s = None
   if key not in compiled:  # the compiling call stops after its first token: its decode rounds would not be timed
     first = call(_Inputs(prompt_ids, groups[0], size, 1), c.get("seed", 0))
     compile_s, first_call_ttft_s = first["wall_s"], first["first_token_s"]
     compiled.add(key)
-  calls = []
+  calls, ar_calls = [], []
   for repeat in range(c["repeats"]):
     for g, inp in enumerate(inputs):
-      calls.append(call(inp, c.get("seed", 0) + g))
+      seed = c.get("seed", 0) + g
+      if paired and (repeat + g) % 2 == 0:  # alternate which goes first, so drift within a pair cancels
+        ar_calls.append(ar_call(inp, seed))
+      calls.append(call(inp, seed))
+      if paired and (repeat + g) % 2 == 1:
+        ar_calls.append(ar_call(inp, seed))
   first = calls[:len(inputs)]
   tokens = [t for call_ in first for t in call_["tokens"]]
   rows = [i for g in groups for i in g]
@@ -303,6 +323,8 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
             "prompt_tokens_mean": float(np.mean([len(prompt_ids[i]) for i in rows])),
             "quality": quality.aggregate(category, scores),
             "fused_ms_per_round": 1e3 * sum(x["wall_s"] for x in calls) / max(sum(len(x["accepted"]) for x in calls), 1)}
+  if paired:
+    record.update(metrics.paired_speedups(calls, ar_calls))
   if cell.method == "ar":
     record["tokens_per_round"] = 1.0 if record["tokens_per_round"] is not None else None
   mean_context = record["prompt_tokens_mean"] + c["max_new_tokens"] / 2

@@ -30,6 +30,7 @@ def tiny_config(tmp_path, **changes) -> ml_collections.ConfigDict:
   c.layer_skip_layers = 1
   c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
   c.drafter_dirs.medusa = c.drafter_dirs.feature_head = "untrained"
+  c.paired_with_ar = True
   c.compilation_cache_dir = ""
   c.output_dir = str(tmp_path)
   c.update(changes)
@@ -53,11 +54,14 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
   for r in results:
     if r["method"] == "ar":
       assert r["speedup_vs_ar"] == pytest.approx(1.0) and r["tokens_per_round"] == 1.0
+      assert "paired_speedup_vs_ar" not in r
     elif r["k"] == "auto":  # the adaptive policy: K per round from the calibrated costs, no phase split
       assert 1.0 <= r["tokens_per_round"] <= max(r["auto_ks"]) + 1 and 0.0 <= r["mean_k"] <= max(r["auto_ks"])
       assert len(r["auto_round_cost"]) == len(r["auto_ks"]) + 1 and r["auto_round_cost"][0] == 1.0
     else:
       assert 1.0 <= r["tokens_per_round"] <= r["k"] + 1 and 0.0 <= r["acceptance_rate"] <= 1.0
+    if r["method"] != "ar":  # an autoregressive call on the same inputs beside each of the cell's calls
+      assert r["paired_calls"] == r["n_calls"] and r["paired_speedup_vs_ar"] > 0
     if r["k"] == "auto":
       assert r["predicted_speedup"] is None and "adaptive" in r["theory_gap"]
     else:
@@ -70,7 +74,7 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
       assert isinstance(r["quality"]["agrees_with_ar"], bool)
   text = (tmp_path / "report.md").read_text()
   assert "speedup by category x K" in text and "Theory beside measurement" in text
-  assert "Adaptive K" in text and "stops paying" in text and "Drafters compared" in text
+  assert "Adaptive K" in text and "paired median" in text and "stops paying" in text and "Drafters compared" in text
   for name in ("speedup_vs_k.png", "throughput_vs_batch.png", "latency_vs_batch.png"):
     assert (tmp_path / name).stat().st_size > 1000
 

@@ -41,3 +41,15 @@ def test_phase_means_and_geometric_mean():
   assert metrics.summarize_phases(rounds) == pytest.approx(
       {"draft_ms_per_round": 2.0, "verify_ms_per_round": 15.0, "accept_ms_per_round": 2.0})
   assert metrics.geometric_mean([1.0, 4.0, None]) == pytest.approx(2.0)
+
+
+def test_paired_speedups_take_the_ratio_per_pair():
+  fast = [{"wall_s": 1.0, "new_tokens": [10], "accepted": []}, {"wall_s": 2.0, "new_tokens": [10], "accepted": []},
+          {"wall_s": 1.0, "new_tokens": [30], "accepted": []}]
+  base = [{"wall_s": 2.0, "new_tokens": [10], "accepted": []}, {"wall_s": 2.0, "new_tokens": [10], "accepted": []},
+          {"wall_s": 1.0, "new_tokens": [10], "accepted": []}]
+  paired = metrics.paired_speedups(fast, base)  # pair ratios 2, 1, 3
+  assert paired["paired_speedup_vs_ar"] == pytest.approx(2.0) and paired["paired_speedup_vs_ar_min"] == pytest.approx(1.0)
+  assert paired["paired_speedup_vs_ar_pooled"] == pytest.approx((50 / 4) / (30 / 5)) and paired["paired_calls"] == 3
+  with pytest.raises(ValueError, match="one autoregressive call per call"):
+    metrics.paired_speedups(fast, base[:2])
