@@ -1,0 +1,44 @@
+"""The CPU skinny-matmul kernel behind `dense`: the same products as XLA's dot for every row count it takes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax.kernels import build, linear
+
+pytestmark = pytest.mark.skipif(not build.registered(), reason=f"CPU kernel unavailable: {build.unavailable_reason()}")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 32])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_kernel_matches_xla_dot(rows, transposed):
+  """Odd sizes (K=577, N=203) reach the kernel's scalar tails; rows 1..32 are all routed to it."""
+  rng = np.random.default_rng(rows)
+  x = rng.standard_normal((rows, 577)).astype(np.float32)
+  w = rng.standard_normal((203, 577) if transposed else (577, 203)).astype(np.float32)
+  lowered = jax.jit(lambda x, w: linear.dense(x, w, transposed=transposed)).lower(x, w).as_text()
+  assert "specjax_cpu_linear" in lowered
+  expected = x.astype(np.float64) @ (w.T if transposed else w).astype(np.float64)
+  got = np.asarray(jax.jit(lambda x, w: linear.dense(x, w, transposed=transposed))(x, w))
+  np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_outside_the_kernel_range_is_xla_dot():
+  """33 rows (prefill), bf16 and a turned-off kernel lower to XLA's dot."""
+  w = jnp.ones((64, 16), jnp.float32)
+  as_text = lambda x, w: jax.jit(linear.dense).lower(x, w).as_text()
+  assert "specjax_cpu_linear" not in as_text(jnp.ones((33, 64), jnp.float32), w)
+  assert "specjax_cpu_linear" not in as_text(jnp.ones((4, 64), jnp.bfloat16), w.astype(jnp.bfloat16))
+  with linear.use_kernels(False):
+    assert "specjax_cpu_linear" not in as_text(jnp.ones((4, 64), jnp.float32), w)
+
+
+def test_gradient_through_the_kernel_matches_xla():
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.standard_normal((3, 40)).astype(np.float32))
+  w = jnp.asarray(rng.standard_normal((40, 24)).astype(np.float32))
+  loss = lambda x, w: jnp.sum(jnp.sin(linear.dense(x, w)))
+  reference = lambda x, w: jnp.sum(jnp.sin(x @ w))
+  for got, want in zip(jax.grad(loss, (0, 1))(x, w), jax.grad(reference, (0, 1))(x, w)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
