@@ -1,9 +1,9 @@
 """`dense(x, kernel)`: the model's one matmul with a weight, routed to the CPU skinny kernel where it pays.
 
 XLA's CPU dot is bandwidth-bound for prefill-sized blocks (GEMM), but not for the 1..32 rows of a decode step, a
-K+1 verification or a small decode batch (one row: about 12 GB/s of weights against the kernel's 15 on this project's 2-core CPU);
-those go to `cpu_linear.cc` when the program is lowered for CPU, float32, unsharded. Everything else (GPU, TPU,
-bf16, sharded meshes, gradients) is XLA's dot.
+K+1 verification or a small decode batch (one row: about 12 GB/s of weights against the kernel's 15 on this
+project's 2-core CPU); those go to `cpu_linear.cc` when the program is lowered for CPU, float32, unsharded.
+Everything else (GPU, TPU, bf16, sharded meshes, gradients) is XLA's dot.
 """
 
 import contextlib
