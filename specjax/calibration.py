@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.engine import decode_program, feature_layers_of, prefill_program
+from specjax.engine import decode_program, prefill_for
 
 CALIBRATION_TOKENS = 12
 
@@ -28,10 +28,8 @@ def calibrate_round_cost(target_params, drafter_params, host_inputs, *, policy, 
   n_branches = len(policy.branch_ks)
   prompt_len = jnp.asarray(prompt_len_B)
   budget_B = jnp.full(prompt_len_B.shape, CALIBRATION_TOKENS, jnp.int32)
-  prefilled = jax.block_until_ready(prefill_program(
-      target_params, jnp.asarray(tokens_BxS), prompt_len, budget_B, jax.random.key(0), graphdef=program["graphdef"],
-      sampling=program["sampling"], eos_ids=program["eos_ids"], prompt_bucket=program["prompt_bucket"],
-      mesh=program.get("mesh"), feature_layers=feature_layers_of(program["drafter"])))
+  prefilled = jax.block_until_ready(prefill_for(target_params, jnp.asarray(tokens_BxS), prompt_len, budget_B,
+                                                jax.random.key(0), **program))
 
   def timed(max_new: int, forced: int):
     state = jax.tree.map(jnp.copy, prefilled)  # the decode program donates its state

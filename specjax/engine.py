@@ -281,15 +281,22 @@ def _decode(target, drafter, drafter_params, state, prompt_len_B, max_new_B, pol
   return jax.lax.while_loop(unfinished, body, state)
 
 
+def prefill_for(target_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, *, graphdef, drafter,
+                sampling: SamplingParams, eos_ids: tuple, prompt_bucket: int, mesh=None) -> DecodeState:
+  """The prefill program, keeping the target hidden states `drafter` starts from (feature heads)."""
+  return prefill_program(target_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, graphdef=graphdef,
+                         sampling=sampling, eos_ids=eos_ids, prompt_bucket=prompt_bucket, mesh=mesh,
+                         feature_layers=feature_layers_of(drafter))
+
+
 def generate_program(target_params, drafter_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, *, graphdef,
                      drafter, sampling: SamplingParams, k, eos_ids: tuple, prompt_bucket: int, mesh=None,
                      timings: dict | None = None, policy_inputs=()) -> DecodeState:
   """The whole generation: the prefill program, then the decode program. With `timings`, waits for the first
   tokens and records `first_token_s` (time to first token, compilation included on a first call)."""
   start = time.perf_counter()
-  state = prefill_program(target_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, graphdef=graphdef,
-                          sampling=sampling, eos_ids=eos_ids, prompt_bucket=prompt_bucket, mesh=mesh,
-                          feature_layers=feature_layers_of(drafter))
+  state = prefill_for(target_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, graphdef=graphdef,
+                      drafter=drafter, sampling=sampling, eos_ids=eos_ids, prompt_bucket=prompt_bucket, mesh=mesh)
   if timings is not None:
     jax.block_until_ready(state.n_new_B)
     timings["first_token_s"] = time.perf_counter() - start

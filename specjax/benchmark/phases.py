@@ -50,9 +50,8 @@ def run_phase_split(target, drafter, tokens_BxS, prompt_len_B, max_new_B, seed_k
   drafter_params = drafter.params() if drafter is not None else ()
   max_rounds = tokens_BxS.shape[1]
   feature_layers = engine.feature_layers_of(drafter)
-  state = engine.prefill_program(target.params, tokens_BxS, prompt_len_B, max_new_B, seed_key,
-                                 graphdef=target.graphdef, sampling=sampling, eos_ids=eos_ids,
-                                 prompt_bucket=prompt_bucket, feature_layers=feature_layers)
+  state = engine.prefill_for(target.params, tokens_BxS, prompt_len_B, max_new_B, seed_key, graphdef=target.graphdef,
+                             drafter=drafter, sampling=sampling, eos_ids=eos_ids, prompt_bucket=prompt_bucket)
   if drafter is not None:
     state = state.replace(draft_state=_drafter_init(drafter_params, state.tokens_BxS, prompt_len_B,
                                                     state.prompt_features, drafter=drafter,
