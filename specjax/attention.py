@@ -10,15 +10,23 @@ import jax.numpy as jnp
 _MASKED = -1e30
 
 
-def cached_attention(q_BxTxHxD: jax.Array, k_BxSxKxD: jax.Array, v_BxSxKxD: jax.Array, q_positions_BxT: jax.Array,
-                     block: int) -> jax.Array:
-  """Causal attention of T queries at absolute positions against cache entries 0..position.
+def _layer_block(cache_LxBxSxKxD: jax.Array, layer: int, start, block: int) -> jax.Array:
+  """Positions start..start+block of one layer, [B, block, K, D] in float32."""
+  _, batch, _, n_kv, head_dim = cache_LxBxSxKxD.shape
+  sliced = jax.lax.dynamic_slice(cache_LxBxSxKxD, (layer, 0, start, 0, 0), (1, batch, block, n_kv, head_dim))
+  return sliced[0].astype(jnp.float32)
 
-  Every cache entry at or below a query's position must already hold that row's key/value.
-  Returns [B, T, H, D] in the query dtype.
+
+def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: jax.Array, layer: int,
+                     q_positions_BxT: jax.Array, block: int) -> jax.Array:
+  """Causal attention of T queries at absolute positions against layer `layer`'s cache entries 0..position.
+
+  Takes every layer's cache and reads the blocks of one layer straight from it: slicing the layer out first
+  would copy it whole (O(cache size) per layer and step, at every batch size). Every cache entry at or below a
+  query's position must already hold that row's key/value. Returns [B, T, H, D] in the query dtype.
   """
   batch, t_len, n_heads, head_dim = q_BxTxHxD.shape
-  size, n_kv = k_BxSxKxD.shape[1], k_BxSxKxD.shape[2]
+  size, n_kv = k_LxBxSxKxD.shape[2], k_LxBxSxKxD.shape[3]
   if size % block:
     raise ValueError(f"attention block {block} does not divide the cache size {size}")
   groups = n_heads // n_kv
@@ -28,8 +36,8 @@ def cached_attention(q_BxTxHxD: jax.Array, k_BxSxKxD: jax.Array, v_BxSxKxD: jax.
   def body(i, carry):
     max_BxKxGxT, sum_BxKxGxT, acc_BxKxGxTxD = carry
     start = i * block
-    k_blk = jax.lax.dynamic_slice_in_dim(k_BxSxKxD, start, block, axis=1).astype(jnp.float32)
-    v_blk = jax.lax.dynamic_slice_in_dim(v_BxSxKxD, start, block, axis=1).astype(jnp.float32)
+    k_blk = _layer_block(k_LxBxSxKxD, layer, start, block)
+    v_blk = _layer_block(v_LxBxSxKxD, layer, start, block)
     scores = jnp.einsum("btkgd,bskd->bkgts", q_BxTxKxGxD, k_blk)
     key_pos_S = start + jnp.arange(block)
     visible_BxTxS = key_pos_S[None, None, :] <= q_positions_BxT[:, :, None]

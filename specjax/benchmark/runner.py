@@ -49,6 +49,14 @@ class Cell:
   batch_size: int
   temperature: float
 
+  @property
+  def auto(self) -> bool:
+    return self.k == AUTO
+
+  @property
+  def sampling(self) -> SamplingParams:
+    return SamplingParams(temperature=self.temperature)
+
 
 def _ints(name, values, low):
   values = tuple(values)
@@ -251,14 +259,13 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
 def _caller(target, drafter, cell: Cell, bucket, eos_ids, c, calibrated, calibration_inputs):
   """`call(inputs, seed)` -> call record for one cell's program, and the adaptive cell's measured round costs
   (calibrated once per program, on `calibration_inputs`, in this run)."""
-  sampling = SamplingParams(temperature=cell.temperature)
   drafter_params = drafter.params() if drafter is not None else ()
-  auto = cell.k == AUTO
-  k = SpeculationPolicy(ks=c["auto_ks"]) if auto else cell.k
-  max_k = k.max_k if auto else k
-  program = dict(graphdef=target.graphdef, drafter=drafter, sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket)
+  k = SpeculationPolicy(ks=c["auto_ks"]) if cell.auto else cell.k
+  max_k = k.max_k if cell.auto else k
+  program = dict(graphdef=target.graphdef, drafter=drafter, sampling=cell.sampling, eos_ids=eos_ids,
+                 prompt_bucket=bucket)
   round_cost, policy_inputs = None, ()
-  if auto:
+  if cell.auto:
     key = (cell.method, cell.batch_size, cell.temperature, bucket)
     if key not in calibrated:
       calibrated[key] = calibrate_round_cost(target.params, drafter_params, (calibration_inputs.tokens_BxS,
@@ -282,8 +289,6 @@ def _caller(target, drafter, cell: Cell, bucket, eos_ids, c, calibrated, calibra
 
 def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, size, eos_ids, c, compiled,
               calibrated):
-  auto = cell.k == AUTO
-  sampling = SamplingParams(temperature=cell.temperature)
   groups = _groups(len(prompt_ids), cell.batch_size)
   inputs = [_Inputs(prompt_ids, rows, size, c["max_new_tokens"]) for rows in groups]
   call, max_k, round_cost = _caller(target, drafter, cell, bucket, eos_ids, c, calibrated, inputs[0])
@@ -316,7 +321,7 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
   record = {"method": cell.method, "k": cell.k, "batch_size": cell.batch_size, "category": category,
             "temperature": cell.temperature, "implementation": "specjax",
             **metrics.summarize_calls(calls, max_k),
-            "auto_ks": list(c["auto_ks"]) if auto else None,
+            "auto_ks": list(c["auto_ks"]) if cell.auto else None,
             "auto_round_cost": round_cost.tolist() if round_cost is not None else None,
             "draft_ms_per_round": None, "verify_ms_per_round": None, "accept_ms_per_round": None,
             "compile_s": compile_s, "first_call_ttft_s": first_call_ttft_s, "prompt_bucket": bucket, "cache_size": size, "n_calls": len(calls),
@@ -332,10 +337,10 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
                                                                  mean_context, bandwidth.copy_bandwidth_gbs())
   record["fraction_of_bandwidth_bound"] = (record["throughput_tok_s"] / record["bandwidth_bound_tok_s"]
                                            if record["throughput_tok_s"] else None)
-  if cell.batch_size in c["phase_split_batch_sizes"] and cell.method in c["phase_split_methods"] and not auto:
+  if cell.batch_size in c["phase_split_batch_sizes"] and cell.method in c["phase_split_methods"] and not cell.auto:
     inp = inputs[0]
     state, timings = run_phase_split(target, drafter, *inp.device(), jax.random.key(c.get("seed", 0)), k=cell.k,
-                                     sampling=sampling, eos_ids=eos_ids, prompt_bucket=bucket)
+                                     sampling=cell.sampling, eos_ids=eos_ids, prompt_bucket=bucket)
     record.update(metrics.summarize_phases(timings))
     tokens_ps = unpack_new_tokens(*jax.device_get((state.tokens_BxS,)), inp.prompt_len_B, jax.device_get(state.n_new_B))
     record["phase_split_rounds"] = len(timings)
@@ -370,7 +375,7 @@ def _theory(rec, base, cell):
   rec.update(predicted_speedup=None, predicted_speedup_theorem=None, expected_tokens_per_round=None,
              cost_ratio_c=None, verify_cost_ratio=None, theory_gap=None)
   alpha = rec.get("alpha")
-  if cell.k == AUTO:
+  if cell.auto:
     rec["theory_gap"] = "adaptive K: the policy mixes K per round, so no single-K prediction applies"
     return
   if alpha is None:

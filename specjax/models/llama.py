@@ -57,7 +57,7 @@ class Attention(nnx.Module):
     v = self.v(x_BxTxD).reshape(batch, t_len, self.n_kv_heads, self.head_dim)
     cache = cache.write(layer, k, v, positions_BxT)
     block = attention_block(cache.size, t_len)
-    out = cached_attention(q, cache.k[layer], cache.v[layer], positions_BxT, block)
+    out = cached_attention(q, cache.k, cache.v, layer, positions_BxT, block)
     return self.o(out.reshape(batch, t_len, -1)), cache
 
 

@@ -18,6 +18,7 @@ from specjax.cache import init_cache
 from specjax.engine import target_features
 from specjax.model import Model
 from specjax.training.corpus import CorpusConfig, corpus_tokens
+from specjax.training.prompt_pool import training_prompts
 
 
 @dataclasses.dataclass
@@ -118,7 +119,7 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
   """The corpus for `target`, from `cache_dir` when it was made before (the generated text and the target's
   features are cached apart)."""
   layer_ids = tuple(sorted(set(layer_ids)))
-  tokens_key = _key(target_fingerprint(target), dataclasses.asdict(config))
+  tokens_key = _key(target_fingerprint(target), dataclasses.asdict(config), training_prompts()[:config.n_prompts])
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
   text = (_load(tokens_path) if tokens_path else None) or corpus_tokens(target, config)
   if tokens_path and not os.path.exists(tokens_path):

@@ -12,11 +12,13 @@ pytestmark = pytest.mark.skipif(not build.registered(), reason=f"CPU kernel unav
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 32])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_kernel_matches_xla_dot(rows, transposed):
-  """Odd sizes (K=577, N=203) reach the kernel's scalar tails; rows 1..32 are all routed to it."""
+@pytest.mark.parametrize("k_dim,n_dim", [(577, 203), (3, 7), (9, 2)])
+def test_kernel_matches_xla_dot(rows, transposed, k_dim, n_dim):
+  """Odd sizes reach the kernel's tails: rows left over after its four side-by-side streams, and sizes too small
+  for any stream. Rows 1..32 are all routed to it."""
   rng = np.random.default_rng(rows)
-  x = rng.standard_normal((rows, 577)).astype(np.float32)
-  w = rng.standard_normal((203, 577) if transposed else (577, 203)).astype(np.float32)
+  x = rng.standard_normal((rows, k_dim)).astype(np.float32)
+  w = rng.standard_normal((n_dim, k_dim) if transposed else (k_dim, n_dim)).astype(np.float32)
   lowered = jax.jit(lambda x, w: linear.dense(x, w, transposed=transposed)).lower(x, w).as_text()
   assert "specjax_cpu_linear" in lowered
   expected = x.astype(np.float64) @ (w.T if transposed else w).astype(np.float64)
