@@ -93,6 +93,32 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// y[g, n + q * i] = x[g] . W[n + q * i] for G rows of x (G = 1 or 2) and the four rows i = 0..3 of W, a quarter
+// q apart: one row of each stream per call, each load of W shared by the G rows of x.
+template <int G>
+inline void DotFourStreams(const float* x, const float* r, float* y, int64_t k_dim, int64_t n_dim, int64_t quarter,
+                           int64_t vec_end) {
+  const float* rows[4] = {r, r + quarter * k_dim, r + 2 * quarter * k_dim, r + 3 * quarter * k_dim};
+  __m256 c[G][4];
+  for (int g = 0; g < G; ++g)
+    for (int i = 0; i < 4; ++i) c[g][i] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < vec_end; j += 8) {
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(rows[i] + j);
+    for (int g = 0; g < G; ++g) {
+      const __m256 xg = _mm256_loadu_ps(x + g * k_dim + j);
+      for (int i = 0; i < 4; ++i) c[g][i] = _mm256_fmadd_ps(xg, v[i], c[g][i]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int i = 0; i < 4; ++i) {
+      float sum = HorizontalSum(c[g][i]);
+      for (int64_t j = vec_end; j < k_dim; ++j) sum += x[g * k_dim + j] * rows[i][j];
+      y[g * n_dim + i * quarter] = sum;
+    }
+  }
+}
+
 // y[M, n0:n1] = x @ W[n0:n1]^T for W [N, K]. The range is cut into four quarters walked side by side, one row
 // of each at a time: four long front-to-back streams (four adjacent rows at a time read about 40% slower). Each
 // row of W is read from memory once, and from L1 for every further pair of x rows.
@@ -101,72 +127,12 @@ void RowsNT(const float* x, const float* w, float* y, int64_t m_rows, int64_t k_
   const int64_t vec_end = k_dim & ~int64_t{7};
   const int64_t quarter = (n1 - n0) / 4;
   for (int64_t i = 0; i < quarter; ++i) {
-    const float* r0 = w + (n0 + i) * k_dim;
-    const float* r1 = r0 + quarter * k_dim;
-    const float* r2 = r1 + quarter * k_dim;
-    const float* r3 = r2 + quarter * k_dim;
+    const float* r = w + (n0 + i) * k_dim;
     int64_t m = 0;
-    for (; m + 2 <= m_rows; m += 2) {  // two rows of x share each load of W
-      const float* xa = x + m * k_dim;
-      const float* xb = xa + k_dim;
-      __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-      __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps(), d2 = _mm256_setzero_ps(), d3 = _mm256_setzero_ps();
-      for (int64_t j = 0; j < vec_end; j += 8) {
-        const __m256 va = _mm256_loadu_ps(xa + j), vb = _mm256_loadu_ps(xb + j);
-        const __m256 v0 = _mm256_loadu_ps(r0 + j), v1 = _mm256_loadu_ps(r1 + j);
-        const __m256 v2 = _mm256_loadu_ps(r2 + j), v3 = _mm256_loadu_ps(r3 + j);
-        c0 = _mm256_fmadd_ps(va, v0, c0);
-        c1 = _mm256_fmadd_ps(va, v1, c1);
-        c2 = _mm256_fmadd_ps(va, v2, c2);
-        c3 = _mm256_fmadd_ps(va, v3, c3);
-        d0 = _mm256_fmadd_ps(vb, v0, d0);
-        d1 = _mm256_fmadd_ps(vb, v1, d1);
-        d2 = _mm256_fmadd_ps(vb, v2, d2);
-        d3 = _mm256_fmadd_ps(vb, v3, d3);
-      }
-      float s[8] = {HorizontalSum(c0), HorizontalSum(c1), HorizontalSum(c2), HorizontalSum(c3),
-                    HorizontalSum(d0), HorizontalSum(d1), HorizontalSum(d2), HorizontalSum(d3)};
-      for (int64_t j = vec_end; j < k_dim; ++j) {
-        s[0] += xa[j] * r0[j];
-        s[1] += xa[j] * r1[j];
-        s[2] += xa[j] * r2[j];
-        s[3] += xa[j] * r3[j];
-        s[4] += xb[j] * r0[j];
-        s[5] += xb[j] * r1[j];
-        s[6] += xb[j] * r2[j];
-        s[7] += xb[j] * r3[j];
-      }
-      for (int64_t row = 0; row < 2; ++row) {
-        float* ym = y + (m + row) * n_dim + n0 + i;
-        ym[0] = s[4 * row];
-        ym[quarter] = s[4 * row + 1];
-        ym[2 * quarter] = s[4 * row + 2];
-        ym[3 * quarter] = s[4 * row + 3];
-      }
+    for (; m + 2 <= m_rows; m += 2) {
+      DotFourStreams<2>(x + m * k_dim, r, y + m * n_dim + n0 + i, k_dim, n_dim, quarter, vec_end);
     }
-    for (; m < m_rows; ++m) {
-      const float* xa = x + m * k_dim;
-      __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
-      for (int64_t j = 0; j < vec_end; j += 8) {
-        const __m256 va = _mm256_loadu_ps(xa + j);
-        c0 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r0 + j), c0);
-        c1 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r1 + j), c1);
-        c2 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r2 + j), c2);
-        c3 = _mm256_fmadd_ps(va, _mm256_loadu_ps(r3 + j), c3);
-      }
-      float s0 = HorizontalSum(c0), s1 = HorizontalSum(c1), s2 = HorizontalSum(c2), s3 = HorizontalSum(c3);
-      for (int64_t j = vec_end; j < k_dim; ++j) {
-        s0 += xa[j] * r0[j];
-        s1 += xa[j] * r1[j];
-        s2 += xa[j] * r2[j];
-        s3 += xa[j] * r3[j];
-      }
-      float* ym = y + m * n_dim + n0 + i;
-      ym[0] = s0;
-      ym[quarter] = s1;
-      ym[2 * quarter] = s2;
-      ym[3 * quarter] = s3;
-    }
+    if (m < m_rows) DotFourStreams<1>(x + m * k_dim, r, y + m * n_dim + n0 + i, k_dim, n_dim, quarter, vec_end);
   }
   for (int64_t n = n0 + 4 * quarter; n < n1; ++n) {
     const float* r0 = w + n * k_dim;
