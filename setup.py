@@ -7,7 +7,7 @@ setup(
     version="0.1.0",
     description="Speculative decoding for large language models in JAX / Flax NNX",
     packages=find_packages(include=["specjax", "specjax.*"]),
-    package_data={"specjax": ["benchmark/prompts/*.json"]},
+    package_data={"specjax": ["benchmark/prompts/*.json", "kernels/*.cc", "kernels/*.h"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.6",

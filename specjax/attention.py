@@ -4,8 +4,12 @@ The loop over cache blocks has a data-dependent trip count, so a decode step cos
 not O(cache size). Online softmax (running max and sum) keeps it exact; fully masked blocks change nothing.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
+
+from specjax.kernels import attention as attention_kernel
 
 _MASKED = -1e30
 
@@ -23,12 +27,22 @@ def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: 
 
   Takes every layer's cache and reads the blocks of one layer straight from it: slicing the layer out first
   would copy it whole (O(cache size) per layer and step, at every batch size). Every cache entry at or below a
-  query's position must already hold that row's key/value. Returns [B, T, H, D] in the query dtype.
+  query's position must already hold that row's key/value. Returns [B, T, H, D] in the query dtype. Unsharded
+  float32 CPU programs with few queries run the same computation in `specjax/kernels/cpu_attention.cc`.
   """
-  batch, t_len, n_heads, head_dim = q_BxTxHxD.shape
-  size, n_kv = k_LxBxSxKxD.shape[2], k_LxBxSxKxD.shape[3]
+  n_layers, size = k_LxBxSxKxD.shape[0], k_LxBxSxKxD.shape[2]
   if size % block:
     raise ValueError(f"attention block {block} does not divide the cache size {size}")
+  if isinstance(layer, int) and not 0 <= layer < n_layers:
+    raise ValueError(f"layer {layer} outside the cache's {n_layers} layers")
+  blockwise = functools.partial(_blockwise_attention, layer=layer, block=block)
+  return attention_kernel.attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, layer, q_positions_BxT, blockwise)
+
+
+def _blockwise_attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT, *, layer, block: int):
+  """Online softmax over the cache blocks up to the last query's block (XLA ops; any platform and sharding)."""
+  batch, t_len, n_heads, head_dim = q_BxTxHxD.shape
+  size, n_kv = k_LxBxSxKxD.shape[2], k_LxBxSxKxD.shape[3]
   groups = n_heads // n_kv
   q_BxTxKxGxD = (q_BxTxHxD.astype(jnp.float32) * head_dim**-0.5).reshape(batch, t_len, n_kv, groups, head_dim)
   n_blocks = jnp.minimum(jnp.max(q_positions_BxT) // block + 1, size // block)

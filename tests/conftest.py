@@ -52,6 +52,27 @@ def last_logits(model, prompts) -> np.ndarray:
   return np.asarray(logits_BxTxV)[np.arange(len(prompts)), np.asarray(lengths) - 1]
 
 
+def attention_reference(q_BxTxHxD, k_BxSxKxD, v_BxSxKxD, positions_BxT) -> np.ndarray:
+  """Plain float64 softmax attention of each query over cache positions <= its own (one layer's cache)."""
+  q, k, v = (np.asarray(a, np.float64) for a in (q_BxTxHxD, k_BxSxKxD, v_BxSxKxD))
+  batch, t_len, n_heads, head_dim = q.shape
+  groups = n_heads // k.shape[2]
+  out = np.zeros_like(q)
+  for b in range(batch):
+    for t in range(t_len):
+      visible = positions_BxT[b, t] + 1
+      for h in range(n_heads):
+        scores = k[b, :visible, h // groups] @ q[b, t, h] / np.sqrt(head_dim)
+        weights = np.exp(scores - scores.max())
+        out[b, t, h] = weights @ v[b, :visible, h // groups] / weights.sum()
+  return out
+
+
+@pytest.fixture(scope="session")
+def dense_attention():
+  return attention_reference
+
+
 @pytest.fixture(scope="session")
 def specjax_last_logits():
   """`last_logits(model, prompts)` for tests in any module."""

@@ -1,3 +1,4 @@
-"""Hand-written kernels for the places where XLA leaves speed on the table (CPU skinny matmuls)."""
+"""Hand-written kernels for the places where XLA leaves speed on the table (CPU skinny matmuls and
+few-query cache attention)."""
 
 from specjax.kernels.linear import dense, kernels_enabled, use_kernels

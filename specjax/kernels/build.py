@@ -1,7 +1,8 @@
-"""Builds `cpu_linear.cc` once per source, jaxlib and compiler into the user's cache and registers it with XLA.
+"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_attention.cc`) into one library, once per source, jaxlib and
+compiler, in the user's cache, and registers them with XLA.
 
 Built on first use (a few seconds with g++); any failure (no compiler, not x86-64 with AVX2 and FMA) leaves the
-kernel unavailable and the model on XLA's own dot, with the reason in `unavailable_reason()`.
+kernels unavailable and the model on XLA's own ops, with the reason in `unavailable_reason()`.
 """
 
 import ctypes
@@ -16,8 +17,12 @@ import tempfile
 import jax
 import jaxlib
 
-SOURCE = os.path.join(os.path.dirname(__file__), "cpu_linear.cc")
+_HERE = os.path.dirname(__file__)
+SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_attention.cc"))
+HEADERS = (os.path.join(_HERE, "parallel.h"),)
 TARGET_NAME = "specjax_cpu_linear"
+ATTENTION_TARGET_NAME = "specjax_cpu_attention"
+_SYMBOLS = {TARGET_NAME: "SpecjaxCpuLinear", ATTENTION_TARGET_NAME: "SpecjaxCpuAttention"}
 FLAGS = ("-O3", "-mavx2", "-mfma", "-std=c++17", "-shared", "-fPIC", "-w")
 _reason: list[str] = []
 
@@ -36,16 +41,18 @@ def _cache_dir() -> str:
 
 
 def _compile(compiler: str) -> str:
-  with open(SOURCE, "rb") as f:
-    digest = hashlib.sha256(f.read() + jaxlib.__version__.encode() + " ".join(FLAGS).encode()).hexdigest()[:16]
-  path = os.path.join(_cache_dir(), f"cpu_linear-{digest}.so")
+  digest = hashlib.sha256(jaxlib.__version__.encode() + " ".join(FLAGS).encode())
+  for name in SOURCES + HEADERS:
+    with open(name, "rb") as f:
+      digest.update(f.read())
+  path = os.path.join(_cache_dir(), f"cpu_kernels-{digest.hexdigest()[:16]}.so")
   if os.path.exists(path):
     return path
   os.makedirs(_cache_dir(), exist_ok=True)
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=_cache_dir())
   os.close(fd)
   try:
-    subprocess.run([compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", SOURCE, "-o", tmp], check=True,
+    subprocess.run([compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", *SOURCES, "-o", tmp], check=True,
                    capture_output=True, text=True, timeout=300)
     os.replace(tmp, path)  # atomic: a concurrent build or a crash never leaves a half-written library
   finally:
@@ -56,7 +63,7 @@ def _compile(compiler: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def registered() -> bool:
-  """True once the kernel is built, loaded and registered for the CPU platform."""
+  """True once the kernels are built, loaded and registered for the CPU platform."""
   if os.environ.get("SPECJAX_CPU_KERNELS", "1") == "0":
     _reason.append("disabled by SPECJAX_CPU_KERNELS=0")
     return False
@@ -71,9 +78,10 @@ def registered() -> bool:
     library = ctypes.cdll.LoadLibrary(_compile(compiler))
   except (OSError, subprocess.SubprocessError) as error:
     detail = getattr(error, "stderr", "") or str(error)
-    _reason.append(f"building {SOURCE} failed: {detail[-500:]}")
+    _reason.append(f"building {', '.join(SOURCES)} failed: {detail[-500:]}")
     return False
-  jax.ffi.register_ffi_target(TARGET_NAME, jax.ffi.pycapsule(library.SpecjaxCpuLinear), platform="cpu")
+  for target, symbol in _SYMBOLS.items():
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
   return True
 
 

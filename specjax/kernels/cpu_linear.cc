@@ -7,12 +7,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <thread>
 
+#include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -144,8 +143,7 @@ void RowsNT(const float* x, const float* w, float* y, int64_t m_rows, int64_t k_
   }
 }
 
-// Chunks are claimed from an atomic counter by the calling thread and by helper tasks on XLA's pool, so a task
-// that starts late finds nothing left and the call never waits on a thread that is busy elsewhere.
+// The work of one call, cut into chunks for ParallelFor:
 //   kNT: chunk c is a range of output columns (rows of W), written straight into y.
 //   kNN: chunk c = (column block, row slice s); slice s accumulates into its own partial sum, added up at the end.
 struct Work {
@@ -157,8 +155,6 @@ struct Work {
   int64_t cols_per_chunk;                 // kNT
   int64_t slices, block_cols, n_blocks;   // kNN
   std::unique_ptr<float[]> partial;       // kNN: [slices, M, N]
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> finished{0};
 
   void Run(int64_t c) {
     if (transposed) {
@@ -172,13 +168,6 @@ struct Work {
     float* acc = partial.get() + (slice * n_blocks + block) * m_rows * block_cols;
     std::memset(acc, 0, sizeof(float) * m_rows * (n1 - n0));
     if (k0 < k1) RowsNN(x, w, acc, m_rows, k_dim, n_dim, k0, k1, n0, n1);
-  }
-
-  void Drain() {
-    for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
-      Run(c);
-      finished.fetch_add(1, std::memory_order_release);
-    }
   }
 
   void Reduce() {
@@ -213,36 +202,27 @@ ffi::Error Linear(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi
     return ffi::Error::Success();
   }
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  auto work = std::make_shared<Work>();
-  work->x = x.typed_data();
-  work->w = w.typed_data();
-  work->y = y->typed_data();
-  work->m_rows = m_rows;
-  work->k_dim = k_dim;
-  work->n_dim = n_dim;
-  work->transposed = transposed;
+  Work work;
+  work.x = x.typed_data();
+  work.w = w.typed_data();
+  work.y = y->typed_data();
+  work.m_rows = m_rows;
+  work.k_dim = k_dim;
+  work.n_dim = n_dim;
+  work.transposed = transposed;
   if (transposed) {
     const int64_t per = (n_dim + threads * 4 - 1) / (threads * 4);
-    work->cols_per_chunk = std::max<int64_t>(64, (per + 3) & ~int64_t{3});
-    work->n_chunks = (n_dim + work->cols_per_chunk - 1) / work->cols_per_chunk;
+    work.cols_per_chunk = std::max<int64_t>(64, (per + 3) & ~int64_t{3});
+    work.n_chunks = (n_dim + work.cols_per_chunk - 1) / work.cols_per_chunk;
   } else {
-    work->slices = std::min(threads, std::max<int64_t>(1, k_dim / 64));
-    work->block_cols = std::min(n_dim, std::max<int64_t>(256, (kAccFloats / m_rows) & ~int64_t{7}));
-    work->n_blocks = (n_dim + work->block_cols - 1) / work->block_cols;
-    work->n_chunks = work->n_blocks * work->slices;
-    work->partial.reset(new float[work->slices * work->n_blocks * m_rows * work->block_cols]);
+    work.slices = std::min(threads, std::max<int64_t>(1, k_dim / 64));
+    work.block_cols = std::min(n_dim, std::max<int64_t>(256, (kAccFloats / m_rows) & ~int64_t{7}));
+    work.n_blocks = (n_dim + work.block_cols - 1) / work.block_cols;
+    work.n_chunks = work.n_blocks * work.slices;
+    work.partial.reset(new float[work.slices * work.n_blocks * m_rows * work.block_cols]);
   }
-  const int64_t helpers = std::min(threads, work->n_chunks) - 1;
-  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work->Drain(); });
-  work->Drain();
-  for (int spins = 0; work->finished.load(std::memory_order_acquire) < work->n_chunks; ++spins) {
-    if (spins < 4096) {
-      _mm_pause();
-    } else {
-      std::this_thread::yield();  // the helper holding the last chunk may share this core
-    }
-  }
-  if (!transposed) work->Reduce();
+  specjax::ParallelFor(pool, work.n_chunks, threads, [&work](int64_t c) { work.Run(c); });
+  if (!transposed) work.Reduce();
   return ffi::Error::Success();
 }
 
