@@ -1,9 +1,9 @@
 """`attention(q, k, v, layer, positions, fallback)`: cache attention routed to `cpu_attention.cc` where it pays.
 
 XLA:CPU runs the blockwise attention of a decode step or a K+1 verification as a loop of small einsums and masks
-(about 15% of a SmolLM2-135M step at batch 1); the kernel reads each kv head's entries once per query. Used for
-float32 queries and caches of up to MAX_QUERIES positions per row, in unsharded CPU programs; everything else
-(prefill blocks, GPU/TPU, bf16, sharded meshes) runs `fallback`, the JAX blockwise attention.
+(about 15% of a SmolLM2-135M step at batch 1); the kernel reads each kv head's entries from memory once per run
+of queries. Used for float32 queries and caches with up to MAX_QUERIES queries per row, in unsharded CPU programs;
+everything else (prefill blocks, GPU/TPU, bf16, sharded meshes) runs `fallback`, the JAX blockwise attention.
 """
 
 import jax

@@ -41,8 +41,9 @@ inline void ParallelFor(xla::ffi::ThreadPool& pool, int64_t n_chunks, int64_t ma
   const int64_t helpers = std::min(threads, n_chunks) - 1;
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([shared] { shared->Drain(); });
   shared->Drain();
-  for (int spins = 0; shared->finished.load(std::memory_order_acquire) < n_chunks; ++spins) {
+  for (int spins = 0; shared->finished.load(std::memory_order_acquire) < n_chunks;) {
     if (spins < 4096) {
+      ++spins;
       _mm_pause();
     } else {
       std::this_thread::yield();  // the helper holding the last chunk may share this core
