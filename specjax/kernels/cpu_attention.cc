@@ -30,6 +30,11 @@ inline void PrefetchRow(const float* row, int64_t dim) {
   for (int64_t j = 0; j < dim; j += 16) _mm_prefetch(reinterpret_cast<const char*>(row + j), _MM_HINT_T0);
 }
 
+// Cache entries a query at `position` sees: 0..position, within the cache; none for a negative position.
+inline int64_t VisibleKeys(int32_t position, int64_t size) {
+  return std::min<int64_t>(std::max<int64_t>(position, -1), size - 1) + 1;
+}
+
 inline float Dot(const float* a, const float* b, int64_t dim) {
   float sum = 0.f;
   for (int64_t j = 0; j < dim; ++j) sum += a[j] * b[j];
@@ -137,7 +142,7 @@ void AttendQueries(const Shapes& s, const float* q, const float* k_layer, const 
   scores.resize(s.size);
   bool first = true;
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t visible = std::min<int64_t>(std::max(positions[b * s.t_len + t], -1), s.size - 1) + 1;
+    const int64_t visible = VisibleKeys(positions[b * s.t_len + t], s.size);
     for (int64_t g = 0; g < s.groups; ++g) {
       const int64_t offset = ((b * s.t_len + t) * s.n_heads + kv * s.groups + g) * dim;
       if (visible == 0) {  // a query that sees no entry: zeros
@@ -181,7 +186,7 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<
   const int32_t* pos = positions.typed_data();
 
   int64_t work = 0;  // multiply-adds of scores and values
-  for (int64_t i = 0; i < s.batch * s.t_len; ++i) work += std::min<int64_t>(std::max(pos[i], -1), s.size - 1) + 1;
+  for (int64_t i = 0; i < s.batch * s.t_len; ++i) work += VisibleKeys(pos[i], s.size);
   work *= 2 * s.n_heads * s.head_dim;
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), work / kWorkPerThread));
   // Tasks are (row, kv head, run of queries), the queries cut into runs for about two tasks per thread.
