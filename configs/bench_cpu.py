@@ -27,6 +27,8 @@ def get_config():
                                    # batch sweep at the first K (fewer compilations)
   c.phase_split_batch_sizes = (1, 2, 4, 8, 16)  # batch sizes that also run the phase-split mode
   c.phase_split_methods = ()       # methods that run it there (() = all; "ar" is the baseline theory divides by)
+  c.paired_verify_calls = 0        # > 0: at those batch sizes, each K and category, this many alternated pairs of a
+                                   # one-position and a K+1-position target call (report.md: verification cost)
   c.prompts_per_category = 8
   c.max_new_tokens = 64
   c.max_prompt_tokens = 0          # 0 = no cut; otherwise keep each prompt's last N tokens

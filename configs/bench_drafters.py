@@ -23,5 +23,7 @@ def get_config():
   c.prompts_per_category = 2
   c.max_new_tokens = 64
   c.prompt_bucket = 0  # each category's own power-of-two bucket: short prompts are not padded to the long ones
+  c.paired_with_ar = True  # unpaired, the same cell moved by 20% between runs (long context: 1.39x, then 0.95x)
+  c.paired_verify_calls = 20
   c.output_dir = "results/bench_drafters"
   return c

@@ -97,17 +97,31 @@ def stops_paying_section(ours) -> list[str]:
 
 def drafters_section(ours) -> list[str]:
   """Every drafter side by side per category, K, batch size and temperature: acceptance, tokens per round, the
-  draft cost ratio c (phase-split cells) and the speedup."""
+  draft cost ratio c (phase-split cells) and the speedup (and the paired one, which orders the rows, when measured)."""
   rows = [r for r in ours if r["method"] != "ar"]
   if len({r["method"] for r in rows}) < 2:
     return []
-  rows.sort(key=lambda r: (r["temperature"], r["category"], r["batch_size"], _k_order(r["k"]),
-                           -(r["speedup_vs_ar"] or 0.0)))
+  paired = all(r.get("paired_speedup_vs_ar") is not None for r in rows)
+  best = "paired_speedup_vs_ar" if paired else "speedup_vs_ar"
+  rows.sort(key=lambda r: (r["temperature"], r["category"], r["batch_size"], _k_order(r["k"]), -(r[best] or 0.0)))
   table = [[r["category"], r["temperature"], r["batch_size"], r["k"], r["method"], r.get("acceptance_rate"),
-            r["tokens_per_round"], r.get("cost_ratio_c"), r["speedup_vs_ar"]] for r in rows]
+            r["tokens_per_round"], r.get("cost_ratio_c"), r["speedup_vs_ar"]] + ([r[best]] if paired else [])
+           for r in rows]
   return ["## Drafters compared (best first within each category, batch size and K)", "",
-          _table(["category", "T", "B", "K", "method", "acceptance", "tok/round", "cost ratio c", "speedup"], table),
-          ""]
+          _table(["category", "T", "B", "K", "method", "acceptance", "tok/round", "cost ratio c", "speedup"]
+                 + (["paired"] if paired else []), table), ""]
+
+
+def verify_cost_section(pairs: list) -> list[str]:
+  """The paired verification cost (`specjax.benchmark.verify_cost`), when the run measured it."""
+  if not pairs:
+    return []
+  rows = [[p["category"], p["batch_size"], p["k"], p["filled"], p["step_ms"], p["verify_ms"], p["ratio"]]
+          for p in pairs]
+  return ["## Verification cost: one target call over K+1 positions / a one-position step (paired)", "",
+          "The two calls alternate from the same cache fill (prompt mean + max_new_tokens / 2); medians, ratio = "
+          "median of the per-pair ratios.", "",
+          _table(["category", "B", "K", "filled", "step ms", "verify ms", "ratio"], rows), ""]
 
 
 def write_report(records, settings: dict, output_dir: str) -> str:
@@ -137,6 +151,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
     rows = [[r["batch_size"], r["category"], r["temperature"], r["throughput_tok_s"], r["bandwidth_bound_tok_s"],
              r["fraction_of_bandwidth_bound"]] for r in ar_rows]
     parts += [_table(["B", "category", "T", "tok/s", "bound tok/s", "fraction"], rows), ""]
+  parts += verify_cost_section(first.get("paired_verify_cost") or [])
   parts += ["## Theory beside measurement", "",
             "alpha: per-position acceptance estimate; E: (1-alpha^(K+1))/(1-alpha); c: draft step / AR step; "
             "r: verify+accept round / AR step (phase-split); predicted = E / (K c + r) (Leviathan et al. 2023 "

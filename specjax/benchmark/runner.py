@@ -19,6 +19,7 @@ import numpy as np
 
 from specjax.benchmark import bandwidth, metrics, quality, tasks, theory
 from specjax.benchmark.phases import run_phase_split
+from specjax.benchmark.verify_cost import paired_verify_cost
 from specjax.cache import cache_size
 from specjax.engine import generate_program
 from specjax.generate import pack_batch, unpack_new_tokens
@@ -110,8 +111,10 @@ def validate_config(config) -> dict:
   if not temps or any(not np.isfinite(t) or t < 0 for t in temps):
     raise ValueError(f"config.temperatures must be finite numbers >= 0, got {list(temps)}")
   c["temperatures"] = temps
+  c["paired_verify_calls"] = c.get("paired_verify_calls", 0)
   for name, low in (("max_new_tokens", 1), ("prompts_per_category", 1), ("repeats", 1), ("draft_layers", 1),
-                    ("prompt_bucket", 0), ("prompt_lookup_max_ngram", 1), ("max_prompt_tokens", 0)):
+                    ("prompt_bucket", 0), ("prompt_lookup_max_ngram", 1), ("max_prompt_tokens", 0),
+                    ("paired_verify_calls", 0)):
     value = c.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
       raise ValueError(f"config.{name} must be an int >= {low}, got {value!r}")
@@ -233,6 +236,12 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   cells = plan(c, {m: d.max_k for m, d in drafters.items() if d is not None})
   info = machine_info()
   info["copy_bandwidth_gbs"] = bandwidth.copy_bandwidth_gbs()
+  if c["paired_verify_calls"]:
+    info["paired_verify_cost"] = [
+        dict(paired_verify_cost(target, batch=b, k=k, filled=int(np.mean([len(p) for p in prompt_ids[cat]]))
+                                + c["max_new_tokens"] // 2, cache_size=size, calls=c["paired_verify_calls"]),
+             category=cat)
+        for b in c["phase_split_batch_sizes"] for k in c["ks"] for cat in c["categories"]]
 
   units = len(cells) * len(c["categories"])
   bar = tqdm(total=units + (peer_runner.units() if peer_runner else 0), desc="benchmark", disable=not progress)

@@ -1,12 +1,18 @@
 """Held-out acceptance: mean tokens per round (accepted drafts + 1) of greedy speculative decoding at K on the
-benchmark suite's prompts, which training never sees (training uses `prompt_pool`)."""
+benchmark suite's prompts, which training never sees (training uses `prompt_pool`); and the objective's metrics
+teacher-forced on the target's own continuations of those prompts, which separate a head that does not transfer
+from the training prompts from one whose inference differs from its training."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.benchmark.tasks import byte_ids, select
 from specjax.generate import generate
 from specjax.model import Model
 from specjax.sampling import SamplingParams
+from specjax.training.corpus import pack
+from specjax.training.data import target_pass
 
 
 def heldout_prompts(target: Model, categories, per_category: int, max_prompt_tokens: int = 0) -> list[tuple]:
@@ -20,9 +26,19 @@ def heldout_prompts(target: Model, categories, per_category: int, max_prompt_tok
   return pairs
 
 
+def draft_vocab_coverage(drafter, token_lists) -> float | None:
+  """The fraction of these target tokens that a drafter with a draft vocabulary can propose at all (drafts outside
+  it never happen, so it bounds greedy acceptance); None for a drafter over the whole vocabulary."""
+  frozen = getattr(drafter, "frozen", None)
+  if not isinstance(frozen, dict) or frozen["head"].shape[0] == frozen["embed"].shape[0]:
+    return None
+  tokens = np.concatenate([np.asarray(t, np.int64) for t in token_lists] + [np.zeros(0, np.int64)])
+  return float(np.isin(tokens, np.asarray(frozen["vocab_ids"])).mean()) if tokens.size else None
+
+
 def tokens_per_round(target: Model, drafter, prompts: list[tuple], k: int = 4, max_new_tokens: int = 64) -> dict:
-  """{"all": mean tokens per round over every row-round, category: the same per category, and the acceptance
-  rate overall and per draft position}, from one batched call."""
+  """{"all": mean tokens per round over every row-round, category: the same per category, the acceptance rate
+  overall and per draft position, and the draft vocabulary's coverage of the tokens}, from one batched call."""
   chat = target.tokenizer is not None
   result = generate(target, [p for _, p in prompts], max_new_tokens=max_new_tokens, drafter=drafter, k=k,
                     sampling=SamplingParams(temperature=0.0), chat=chat)
@@ -31,6 +47,31 @@ def tokens_per_round(target: Model, drafter, prompts: list[tuple], k: int = 4, m
   for (category, _), accepted in zip(prompts, rounds):
     by_category.setdefault(category, []).extend(accepted)
   out = {"all": result.stats.mean_tokens_per_round, "acceptance_rate": result.stats.acceptance_rate,
-         "acceptance_rate_per_position": result.stats.acceptance_rate_per_position}
+         "acceptance_rate_per_position": result.stats.acceptance_rate_per_position,
+         "draft_vocab_coverage": draft_vocab_coverage(drafter, result.tokens)}
   out.update({c: float(np.mean(a) + 1) if a else 0.0 for c, a in by_category.items()})
   return out
+
+
+def greedy_continuations(target: Model, prompts: list[tuple], max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+  """The target's greedy continuations of these prompts, packed: tokens [N, T] and the positions whose next token
+  is a generated one (where greedy acceptance is decided)."""
+  result = generate(target, [p for _, p in prompts], max_new_tokens=max_new_tokens,
+                    sampling=SamplingParams(temperature=0.0), chat=target.tokenizer is not None)
+  sequences = [p + t for p, t in zip(result.prompt_tokens, result.tokens)]
+  length = max(map(len, sequences))
+  tokens_NxT, _ = pack(sequences, length + -length % 8)
+  scored_NxT = np.zeros(tokens_NxT.shape, bool)
+  for row, (prompt, sequence) in enumerate(zip(result.prompt_tokens, sequences)):
+    scored_NxT[row, len(prompt) - 1:len(sequence) - 1] = True
+  return tokens_NxT, scored_NxT
+
+
+def teacher_forced(objective, params, target: Model, tokens_NxT: np.ndarray, scored_NxT: np.ndarray) -> dict:
+  """The objective's metrics (KL and top-1 agreement per draft step) for trainable `params` on these sequences,
+  with the target's features, over the scored positions."""
+  hidden, layers = target_pass(target, tokens_NxT, objective.layer_ids)
+  batch = {"tokens": jnp.asarray(tokens_NxT), "mask": jnp.asarray(scored_NxT), "hidden": jnp.asarray(hidden),
+           "layers": jnp.asarray(layers)}
+  _, metrics = jax.jit(objective.loss)(params, objective.frozen, batch)
+  return {name: float(value) for name, value in jax.device_get(metrics).items()}

@@ -11,7 +11,7 @@ from specjax.cli import model_from_source
 from specjax.compilation_cache import enable_compilation_cache
 from specjax.memory import GiB, peak_resident_bytes
 from specjax.model import Model
-from specjax.training.acceptance import heldout_prompts, tokens_per_round
+from specjax.training.acceptance import greedy_continuations, heldout_prompts, teacher_forced, tokens_per_round
 from specjax.training.corpus import CorpusConfig
 from specjax.training.data import Corpus, build_corpus
 from specjax.training.recipes import KINDS, layers_needed, make_objective
@@ -36,8 +36,9 @@ def _acceptance(target, drafter, prompts, config) -> dict:
   return tokens_per_round(target, drafter, prompts, k=config.eval.k, max_new_tokens=config.eval.max_new_tokens)
 
 
-def train_kind(kind: str, target: Model, corpus: Corpus, prompts, config) -> dict:
-  """Trains one kind under output_dir/<kind>/ and returns its metrics.json content."""
+def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations, config) -> dict:
+  """Trains one kind under output_dir/<kind>/ and returns its metrics.json content (continuations: the target's
+  greedy continuations of `prompts`, from `greedy_continuations`)."""
   out = os.path.join(config.output_dir, kind)
   os.makedirs(out, exist_ok=True)
   settings = config[kind]
@@ -61,6 +62,7 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, config) -> dic
   began = time.perf_counter()
   after = _acceptance(target, drafter, prompts, config)
   timings["acceptance_after_s"] = time.perf_counter() - began
+  on_prompts = teacher_forced(objective, trained, target, *continuations)
   export_dir = os.path.join(out, "drafter")
   save_drafter(drafter, export_dir, dtype=config.get("export_dtype", ""))
   metrics = {"kind": kind, "drafter": repr(drafter), "k": config.eval.k,
@@ -68,7 +70,7 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, config) -> dic
              "acceptance_before_by_category": before, "acceptance_after_by_category": after,
              "train_steps": train_config.steps, "train_time_s": train_s, "drafter_dir": export_dir,
              "corpus_sequences": int(len(corpus.tokens)), "corpus_tokens": int(corpus.mask.sum()), "timings": timings,
-             **heldout}
+             "teacher_forced_on_eval_prompts": on_prompts, **heldout}
   _write_json(os.path.join(out, "metrics.json"), metrics)
   return metrics
 
@@ -90,7 +92,8 @@ def run(config) -> dict:
   corpus_s = time.perf_counter() - began
   prompts = heldout_prompts(target, config.eval.categories, config.eval.prompts_per_category,
                             config.eval.get("max_prompt_tokens", 0))
-  results = {kind: train_kind(kind, target, corpus, prompts, config) for kind in kinds}
+  continuations = greedy_continuations(target, prompts, config.eval.max_new_tokens)
+  results = {kind: train_kind(kind, target, corpus, prompts, continuations, config) for kind in kinds}
   summary = {"model": config.model, "k": config.eval.k, "total_time_s": time.perf_counter() - began,
              "corpus_s": corpus_s, "peak_resident_gib": peak_resident_bytes() / GiB, "drafters": results}
   if len(kinds) == 1:

@@ -68,3 +68,13 @@ def test_end_to_end_prediction_adds_the_prefill_and_removes_the_phase_split_over
   (row,) = measured.compare_with_measured([ar, spec])
   assert row["end_to_end"] and row["phase_overhead_ms"] == pytest.approx(4.0)
   assert row["predicted_speedup"] == pytest.approx((60 + 30 * 10) / (70 + 30 * 14 / E4))
+
+
+def test_the_paired_speedup_is_what_the_prediction_must_match_when_measured():
+  records = _records()[:2]
+  records[1]["paired_speedup_vs_ar"] = 1.9
+  (row,) = measured.compare_with_measured(records)
+  assert row["measured_paired"] and row["measured_speedup"] == 1.9
+  assert row["relative_error"] == pytest.approx(1.9 / (11 * E4 / 18) - 1)
+  (row,) = measured.compare_with_measured(_records()[:2])
+  assert not row["measured_paired"] and row["measured_speedup"] == 1.8

@@ -31,6 +31,7 @@ def tiny_config(tmp_path, **changes) -> ml_collections.ConfigDict:
   c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
   c.drafter_dirs.medusa = c.drafter_dirs.feature_head = "untrained"
   c.paired_with_ar = True
+  c.paired_verify_calls = 2
   c.compilation_cache_dir = ""
   c.output_dir = str(tmp_path)
   c.update(changes)
@@ -72,7 +73,12 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
       assert r["greedy_match_ar"] == 1.0  # greedy speculative decoding reproduces the target's greedy tokens
     if r["method"] != "ar" and r["temperature"] == 1.0:
       assert isinstance(r["quality"]["agrees_with_ar"], bool)
+  paired = results[0]["paired_verify_cost"]  # per (phase-split batch size, K, category)
+  assert [(p["batch_size"], p["k"], p["category"]) for p in paired] == [
+      (1, 2, c) for c in ("code", "prose", "structured", "long_context")]
+  assert all(p["ratio"] > 0 and p["filled"] > 0 for p in paired)
   text = (tmp_path / "report.md").read_text()
+  assert "Verification cost" in text
   assert "speedup by category x K" in text and "Theory beside measurement" in text
   assert "Adaptive K" in text and "paired median" in text and "stops paying" in text and "Drafters compared" in text
   for name in ("speedup_vs_k.png", "throughput_vs_batch.png", "latency_vs_batch.png"):

@@ -35,11 +35,14 @@ def test_autoregressive_has_no_acceptance():
   assert metrics.tokens_per_round(calls) == 1.0
 
 
-def test_phase_means_and_geometric_mean():
+def test_phase_medians_and_geometric_mean():
   rounds = [{"draft_s": 0.001, "verify_s": 0.010, "accept_s": 0.002},
-            {"draft_s": 0.003, "verify_s": 0.020, "accept_s": 0.002}]
+            {"draft_s": 0.003, "verify_s": 0.020, "accept_s": 0.002},
+            {"draft_s": 0.002, "verify_s": 0.500, "accept_s": 0.004}]  # a preempted verify does not move it
   assert metrics.summarize_phases(rounds) == pytest.approx(
-      {"draft_ms_per_round": 2.0, "verify_ms_per_round": 15.0, "accept_ms_per_round": 2.0})
+      {"draft_ms_per_round": 2.0, "verify_ms_per_round": 20.0, "accept_ms_per_round": 2.0})
+  assert metrics.summarize_phases([]) == {"draft_ms_per_round": None, "verify_ms_per_round": None,
+                                          "accept_ms_per_round": None}
   assert metrics.geometric_mean([1.0, 4.0, None]) == pytest.approx(2.0)
 
 

@@ -40,6 +40,22 @@ def test_metrics_export_and_resume(tmp_path):
   target = model_from_source("random:tiny")
   drafter = drafter_from_config("medusa", target, written["drafters"]["medusa"]["drafter_dir"])
   assert drafter.config.draft_vocab_size == 64
+  coverage = written["drafters"]["medusa"]["acceptance_after_by_category"]["draft_vocab_coverage"]
+  assert 0.0 <= coverage <= 1.0
+  on_prompts = written["drafters"]["medusa"]["teacher_forced_on_eval_prompts"]
+  assert on_prompts["kl"] >= 0.0 and 0.0 <= on_prompts["top1_1"] <= 1.0
   again = run(config)  # resumes at the last step: no training, the same numbers
   assert again["drafters"]["medusa"]["acceptance_after"] == summary["drafters"]["medusa"]["acceptance_after"]
   assert again["drafters"]["medusa"]["timings"]["acceptance_before_s"] < 1.0
+
+
+def test_draft_vocab_coverage():
+  target = model_from_source("random:tiny")
+  from specjax.drafters.medusa import MedusaConfig, MedusaHeads
+  from specjax.training.acceptance import draft_vocab_coverage
+  config = MedusaConfig.for_target(target.config, n_heads=2, draft_vocab_size=4)
+  heads = MedusaHeads.create(target, config, vocab_ids=[1, 5, 7, 9])
+  assert draft_vocab_coverage(heads, [[1, 2, 5], [9, 0]]) == 0.6
+  assert draft_vocab_coverage(heads, [[], []]) is None
+  whole = MedusaHeads.create(target, MedusaConfig.for_target(target.config, n_heads=2))
+  assert draft_vocab_coverage(whole, [[1, 2]]) is None and draft_vocab_coverage(None, [[1]]) is None
