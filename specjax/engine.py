@@ -193,9 +193,12 @@ def adaptive_round(target, drafter, drafter_params, state: DecodeState, max_new_
   turned off costs what autoregressive decoding costs; only a speculative round goes through the `lax.switch`.
   A round is also autoregressive when the drafter expects no active row to be worth verifying
   (`Drafter.worth_verifying`)."""
+  def choice(state):
+    tokens_left = jnp.max(jnp.where(state.done_B, 0, max_new_B - state.n_new_B))
+    return choose_branch(policy, state.policy, round_cost_N, state.round, tokens_left)
+
   def wants_autoregressive(state):
-    return unfinished(state) & ((choose_branch(policy, state.policy, round_cost_N, state.round) == 0)
-                                | ~some_row_worth_verifying(state))
+    return unfinished(state) & ((choice(state) == 0) | ~some_row_worth_verifying(state))
 
   def some_row_worth_verifying(state):
     worth_B = drafter.worth_verifying(drafter_params, state.draft_state, state.tokens_BxS, state.seq_len_B)
@@ -211,7 +214,7 @@ def adaptive_round(target, drafter, drafter_params, state: DecodeState, max_new_
                                                         ~state.done_B, round_cost_N))
 
   state = jax.lax.while_loop(wants_autoregressive, functools.partial(round_at, jnp.int32(0), 0), state)
-  branch = jnp.where(unfinished(state), choose_branch(policy, state.policy, round_cost_N, state.round), 0)
+  branch = jnp.where(unfinished(state), choice(state), 0)
   # Branch 0 is reached only when the generation has ended (or calibration forces it): then nothing runs.
   branches = [lambda state: state] + [functools.partial(round_at, jnp.int32(i + 1), k)
                                       for i, k in enumerate(policy.ks)]

@@ -10,7 +10,8 @@ smallest K, when the prior acceptance says speculation pays at all) and, while s
 with the smallest K so that a drafter that starts to match again (e.g. prompt lookup reaching quoted text) is
 noticed. Probes are spaced so that failed ones cost at most `probe_budget` of the autoregressive time: a probe
 loses cost(K_min) - 1 steps, so the first comes after (cost(K_min) - 1) / probe_budget autoregressive rounds
-(at least `probe_interval`), and the spacing doubles after each failed probe.
+(at least `probe_interval`), the spacing doubles after each failed probe, and no probe runs once fewer than
+(cost(K_min) - 1) / probe_budget tokens are left to generate.
 """
 
 import dataclasses
@@ -87,12 +88,17 @@ def expected_tokens(alpha, k):
   return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, round_cost_N, round_index) -> jax.Array:
-  """Index into `policy.branch_ks` for this round."""
+def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, round_cost_N, round_index,
+                  tokens_left=None) -> jax.Array:
+  """Index into `policy.branch_ks` for this round. tokens_left: the most new tokens an active row may still
+  produce; a probe is skipped when its cost (cost(K_min) - 1 steps) exceeds probe_budget of that rest too, since a
+  late probe that finds matches has too few tokens left to pay itself back."""
   ks_N = jnp.asarray(policy.branch_ks, jnp.float32)
   value_N = expected_tokens(pstate.alpha, ks_N) / round_cost_N
   best = jnp.argmax(value_N).astype(jnp.int32)
   probe = (best == 0) & (pstate.ar_streak >= pstate.interval)
+  if tokens_left is not None:
+    probe = probe & (tokens_left * policy.probe_budget >= round_cost_N[1] - 1.0)
   start_small = (round_index == 0) & (best > 0)
   branch = jnp.where(start_small | probe, 1, best)
   return jnp.where(pstate.forced_branch >= 0, pstate.forced_branch, branch).astype(jnp.int32)

@@ -65,6 +65,11 @@ def test_probes_are_spaced_by_their_cost():
   paid = update_policy_state(policy, state, jnp.int32(1), jnp.int32(1), jnp.ones((2,), jnp.int32),
                              jnp.ones((2,), bool), jnp.asarray([1.0, 1.6, 2.0]))
   assert int(paid.interval) == 12                                     # a probe that paid resets the spacing
+  due = init_policy_state(policy, round_cost_N=jnp.asarray([1.0, 1.6, 2.0])).replace(
+      alpha=jnp.float32(0.05), ar_streak=jnp.int32(12))
+  costs = jnp.asarray([1.0, 1.6, 2.0])
+  assert int(choose_branch(policy, due, costs, 20, tokens_left=12)) == 1   # 12 x 0.05 >= 0.6: the probe runs
+  assert int(choose_branch(policy, due, costs, 20, tokens_left=11)) == 0   # too few tokens left to pay it back
 
 
 def test_bad_policy_settings_are_named():
