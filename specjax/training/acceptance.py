@@ -3,16 +3,16 @@ benchmark suite's prompts, which training never sees (training uses `prompt_pool
 teacher-forced on the target's own continuations of those prompts, which separate a head that does not transfer
 from the training prompts from one whose inference differs from its training."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from specjax.benchmark.tasks import byte_ids, select
+from specjax.drafters.trained_head import TrainedHead
 from specjax.generate import generate
 from specjax.model import Model
 from specjax.sampling import SamplingParams
 from specjax.training.corpus import pack
-from specjax.training.data import target_pass
+from specjax.training.data import Corpus, target_pass
+from specjax.training.trainer import heldout_loss
 
 
 def heldout_prompts(target: Model, categories, per_category: int, max_prompt_tokens: int = 0) -> list[tuple]:
@@ -29,11 +29,10 @@ def heldout_prompts(target: Model, categories, per_category: int, max_prompt_tok
 def draft_vocab_coverage(drafter, token_lists) -> float | None:
   """The fraction of these target tokens that a drafter with a draft vocabulary can propose at all (drafts outside
   it never happen, so it bounds greedy acceptance); None for a drafter over the whole vocabulary."""
-  frozen = getattr(drafter, "frozen", None)
-  if not isinstance(frozen, dict) or frozen["head"].shape[0] == frozen["embed"].shape[0]:
+  if not isinstance(drafter, TrainedHead) or drafter.config.draft_vocab_size == drafter.config.vocab_size:
     return None
   tokens = np.concatenate([np.asarray(t, np.int64) for t in token_lists] + [np.zeros(0, np.int64)])
-  return float(np.isin(tokens, np.asarray(frozen["vocab_ids"])).mean()) if tokens.size else None
+  return float(np.isin(tokens, np.asarray(drafter.frozen["vocab_ids"])).mean()) if tokens.size else None
 
 
 def tokens_per_round(target: Model, drafter, prompts: list[tuple], k: int = 4, max_new_tokens: int = 64) -> dict:
@@ -53,9 +52,10 @@ def tokens_per_round(target: Model, drafter, prompts: list[tuple], k: int = 4, m
   return out
 
 
-def greedy_continuations(target: Model, prompts: list[tuple], max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-  """The target's greedy continuations of these prompts, packed: tokens [N, T] and the positions whose next token
-  is a generated one (where greedy acceptance is decided)."""
+def greedy_continuations(target: Model, prompts: list[tuple], max_new_tokens: int, layer_ids=()) -> Corpus:
+  """The target's greedy continuations of these prompts with its features (one target pass, `layer_ids` kept), as
+  a Corpus whose rows are all held out and whose mask marks the positions with a generated next token (where
+  greedy acceptance is decided)."""
   result = generate(target, [p for _, p in prompts], max_new_tokens=max_new_tokens,
                     sampling=SamplingParams(temperature=0.0), chat=target.tokenizer is not None)
   sequences = [p + t for p, t in zip(result.prompt_tokens, result.tokens)]
@@ -64,14 +64,15 @@ def greedy_continuations(target: Model, prompts: list[tuple], max_new_tokens: in
   scored_NxT = np.zeros(tokens_NxT.shape, bool)
   for row, (prompt, sequence) in enumerate(zip(result.prompt_tokens, sequences)):
     scored_NxT[row, len(prompt) - 1:len(sequence) - 1] = True
-  return tokens_NxT, scored_NxT
+  layer_ids = tuple(sorted(set(layer_ids)))
+  hidden, layers = target_pass(target, tokens_NxT, layer_ids)
+  every = np.ones(len(tokens_NxT), bool)
+  return Corpus(tokens=tokens_NxT, mask=scored_NxT, hidden=hidden, layers=layers, layer_ids=layer_ids,
+                heldout=every, on_policy=every)
 
 
-def teacher_forced(objective, params, target: Model, tokens_NxT: np.ndarray, scored_NxT: np.ndarray) -> dict:
-  """The objective's metrics (KL and top-1 agreement per draft step) for trainable `params` on these sequences,
-  with the target's features, over the scored positions."""
-  hidden, layers = target_pass(target, tokens_NxT, objective.layer_ids)
-  batch = {"tokens": jnp.asarray(tokens_NxT), "mask": jnp.asarray(scored_NxT), "hidden": jnp.asarray(hidden),
-           "layers": jnp.asarray(layers)}
-  _, metrics = jax.jit(objective.loss)(params, objective.frozen, batch)
-  return {name: float(value) for name, value in jax.device_get(metrics).items()}
+def teacher_forced(objective, params, continuations: Corpus) -> dict:
+  """The objective's metrics (KL and top-1 agreement per draft step) for trainable `params` on the continuations
+  (from `greedy_continuations`), over their scored positions, in one batch."""
+  metrics = heldout_loss(objective, continuations, params, batch_size=len(continuations.tokens))
+  return {name.removeprefix("heldout_"): value for name, value in metrics.items()}

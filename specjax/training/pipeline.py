@@ -38,7 +38,7 @@ def _acceptance(target, drafter, prompts, config) -> dict:
 
 def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations, config) -> dict:
   """Trains one kind under output_dir/<kind>/ and returns its metrics.json content (continuations: the target's
-  greedy continuations of `prompts`, from `greedy_continuations`)."""
+  greedy continuations of `prompts` with its features, from `greedy_continuations`)."""
   out = os.path.join(config.output_dir, kind)
   os.makedirs(out, exist_ok=True)
   settings = config[kind]
@@ -62,7 +62,7 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations,
   began = time.perf_counter()
   after = _acceptance(target, drafter, prompts, config)
   timings["acceptance_after_s"] = time.perf_counter() - began
-  on_prompts = teacher_forced(objective, trained, target, *continuations)
+  on_prompts = teacher_forced(objective, trained, continuations)
   export_dir = os.path.join(out, "drafter")
   save_drafter(drafter, export_dir, dtype=config.get("export_dtype", ""))
   metrics = {"kind": kind, "drafter": repr(drafter), "k": config.eval.k,
@@ -92,7 +92,7 @@ def run(config) -> dict:
   corpus_s = time.perf_counter() - began
   prompts = heldout_prompts(target, config.eval.categories, config.eval.prompts_per_category,
                             config.eval.get("max_prompt_tokens", 0))
-  continuations = greedy_continuations(target, prompts, config.eval.max_new_tokens)
+  continuations = greedy_continuations(target, prompts, config.eval.max_new_tokens, layer_ids)
   results = {kind: train_kind(kind, target, corpus, prompts, continuations, config) for kind in kinds}
   summary = {"model": config.model, "k": config.eval.k, "total_time_s": time.perf_counter() - began,
              "corpus_s": corpus_s, "peak_resident_gib": peak_resident_bytes() / GiB, "drafters": results}
