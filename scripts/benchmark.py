@@ -24,9 +24,9 @@ def main(argv):
   del argv
   distributed.initialize_from_flags()
   import jax
-  from specjax.benchmark import report, runner
+  from specjax.benchmark import plan, report, runner
   config = _CONFIG.value
-  settings = runner.validate_config(config)  # clear errors before any model work
+  settings = plan.validate_config(config)  # clear errors before any model work
   if config.get("compilation_cache_dir"):
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(config.compilation_cache_dir))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)

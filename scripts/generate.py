@@ -18,16 +18,17 @@ from ml_collections import config_flags  # noqa: E402
 import specjax  # noqa: E402
 from specjax import distributed, memory  # noqa: E402
 from specjax.cache import cache_size  # noqa: E402
-from specjax.generate import prompt_bucket  # noqa: E402
+from specjax.host import prompt_bucket  # noqa: E402
 from specjax.cli import drafter_from_config, mesh_from_string, model_from_source  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/smollm2_135m.py", "generation config")
 distributed.define_flags()
 
 
-def _timed(target, prompts, config, drafter, mesh):
-  k = "auto" if config.get("adaptive", False) else config.k
+def _timed(target, prompts, config, drafter, mesh, calibration):
+  k = None if drafter is None else ("auto" if config.get("adaptive", False) else config.k)
   kwargs = dict(max_new_tokens=config.max_new_tokens, seed=config.seed, drafter=drafter, k=k, mesh=mesh,
+                calibration=calibration,
                 chat=config.chat and target.tokenizer is not None,
                 sampling=specjax.SamplingParams(config.temperature, config.top_k, config.top_p))
   first = specjax.generate(target, prompts, **kwargs)  # includes compilation
@@ -54,9 +55,9 @@ def main(argv):
   if drafter is not None:
     runs.append((f"speculative ({config.drafter}, k={'auto' if config.get('adaptive', False) else config.k})",
                  drafter))
-  rates = {}
+  rates, calibration = {}, specjax.Calibration()  # adaptive round costs: measured once, used by both calls
   for label, run_drafter in runs:
-    result, rate, first_s = _timed(target, prompts, config, run_drafter, mesh)
+    result, rate, first_s = _timed(target, prompts, config, run_drafter, mesh, calibration)
     rates[label] = rate
     print(f"\n== {label}: {rate:.1f} tokens/s (batch {len(prompts)}; first call incl. compile {first_s:.1f} s; "
           f"time to first token {1e3 * result.stats.first_token_s:.0f} ms)")

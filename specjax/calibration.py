@@ -13,33 +13,55 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.engine import decode_program, prefill_for
+from specjax.engine import decode_program, prefill_for, with_budget
+from specjax.policy import PolicyInputs
+from specjax.spec import DecodeSpec
 
 CALIBRATION_TOKENS = 12
 
 
-def calibrate_round_cost(target_params, drafter_params, host_inputs, *, policy, repeats: int = 3, **program):
-  """Round cost per branch of `policy` (autoregressive = 1.0) as a float32 array.
+class Calibration:
+  """Round costs measured once per (spec, batch shape) and kept for later calls: pass one instance to every
+  `generate` call (or benchmark cell) that should reuse them. `costs` seeds it with known costs."""
 
-  host_inputs: (tokens_BxS, prompt_len_B) numpy arrays at the shapes the real calls use; program: the static
-  keyword arguments of `engine.generate_program` (graphdef, drafter, sampling, eos_ids, prompt_bucket, mesh).
-  """
-  tokens_BxS, prompt_len_B = host_inputs
-  n_branches = len(policy.branch_ks)
+  def __init__(self, repeats: int = 3, costs: dict | None = None):
+    self.repeats = repeats
+    self._costs = dict(costs or {})
+
+  def round_costs(self, target_params, drafter_params, tokens_BxS, prompt_len_B, spec: DecodeSpec) -> np.ndarray:
+    """Cost of each branch of spec.k (autoregressive = 1.0), measured on these host arrays' shapes."""
+    if not spec.adaptive:
+      raise ValueError(f"calibration measures an adaptive spec's branches; this spec has a fixed k={spec.k}")
+    key = (spec, np.shape(tokens_BxS))
+    if key not in self._costs:
+      self._costs[key] = measure_round_costs(target_params, drafter_params, tokens_BxS, prompt_len_B, spec,
+                                             self.repeats)
+    return self._costs[key]
+
+  def policy_inputs(self, target_params, drafter_params, tokens_BxS, prompt_len_B, spec: DecodeSpec):
+    """The decode program's PolicyInputs for `spec` (None when K is fixed)."""
+    if not spec.adaptive:
+      return None
+    return PolicyInputs.measured(self.round_costs(target_params, drafter_params, tokens_BxS, prompt_len_B, spec))
+
+
+def measure_round_costs(target_params, drafter_params, tokens_BxS, prompt_len_B, spec: DecodeSpec,
+                        repeats: int = 3) -> np.ndarray:
+  """Round cost per branch of `spec.k` (autoregressive = 1.0) as a float32 array, timed on arrays shaped like
+  (tokens_BxS, prompt_len_B)."""
+  n_branches = len(spec.k.branch_ks)
   prompt_len = jnp.asarray(prompt_len_B)
-  budget_B = jnp.full(prompt_len_B.shape, CALIBRATION_TOKENS, jnp.int32)
+  budget_B = jnp.full(np.shape(prompt_len_B), CALIBRATION_TOKENS, jnp.int32)
   prefilled = jax.block_until_ready(prefill_for(target_params, jnp.asarray(tokens_BxS), prompt_len, budget_B,
-                                                jax.random.key(0), **program))
+                                                jax.random.key(0), spec=spec))
 
   def timed(max_new: int, forced: int):
-    state = jax.tree.map(jnp.copy, prefilled)  # the decode program donates its state
-    budget = jnp.full(prompt_len_B.shape, max_new, jnp.int32)
-    # As the prefill marks it for this budget: a one-token budget is done before any round (the zero-round call).
-    state = state.replace(done_B=state.done_B | (budget <= state.n_new_B))
+    budget = jnp.full(np.shape(prompt_len_B), max_new, jnp.int32)
+    state = with_budget(jax.tree.map(jnp.copy, prefilled), budget)  # the decode program donates its state
     jax.block_until_ready((state, budget))
     start = time.perf_counter()
     state = decode_program(target_params, drafter_params, state, prompt_len, budget,
-                           (jnp.ones((n_branches,), jnp.float32), jnp.int32(forced)), k=policy, **program)
+                           PolicyInputs.measured(jnp.ones((n_branches,)), forced), spec=spec)
     rounds = int(jax.device_get(state.round))
     return time.perf_counter() - start, rounds
 

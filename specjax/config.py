@@ -7,7 +7,7 @@ SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Shape of a Llama-family decoder (Llama, Mistral, Qwen2, SmolLM)."""
+  """Shape of a decoder of model family `family` (specjax/models/: "llama" covers Llama, Mistral, Qwen2, SmolLM)."""
 
   vocab_size: int
   d_model: int
@@ -27,8 +27,10 @@ class ModelConfig:
   rope_scaling: tuple = ()
   eos_token_ids: tuple = ()
   bos_token_id: int = -1
+  family: str = "llama"
 
   def __post_init__(self):
+    _family(self.family)  # unknown names raise, naming the known families
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"):
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -72,10 +74,9 @@ class ModelConfig:
     return cls(**values)
 
   def param_count(self) -> int:
-    d, f, hd = self.d_model, self.ffn_dim, self.head_dim_
-    attn = d * hd * (self.n_heads * 2 + self.n_kv_heads * 2)
-    if self.qkv_bias:
-      attn += hd * (self.n_heads + 2 * self.n_kv_heads)
-    per_layer = attn + 3 * d * f + 2 * d
-    head = 0 if self.tie_embeddings else self.vocab_size * d
-    return self.n_layers * per_layer + self.vocab_size * d + head + d
+    return _family(self.family).count_params(self)
+
+
+def _family(name: str):
+  from specjax.models import get_family  # imported here: the family modules import this one
+  return get_family(name)

@@ -1,4 +1,5 @@
-"""`Model`: a config, the decoder's parameters (split once from the NNX module) and an optional tokenizer."""
+"""`Model`: a config, the decoder's parameters (split once from the NNX module) and an optional tokenizer.
+The decoder is the module of the config's family (`specjax.models`)."""
 
 import dataclasses
 import functools
@@ -10,7 +11,7 @@ import numpy as np
 from flax import nnx
 
 from specjax.config import ModelConfig
-from specjax.models.llama import Llama
+from specjax.models import ModelFamily, get_family
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -22,7 +23,7 @@ class Model:
   params: nnx.State
   tokenizer: Any = None
 
-  def module(self) -> Llama:
+  def module(self) -> nnx.Module:
     """The NNX module (merge of graphdef and params); call inside or outside jit."""
     return nnx.merge(self.graphdef, self.params)
 
@@ -49,16 +50,19 @@ def init_model(config: ModelConfig, seed: int = 0) -> Model:
   """A model with random parameters (for tests, benchmarks of shape, and training from scratch)."""
   if not isinstance(config, ModelConfig):
     raise TypeError(f"init_model expects a ModelConfig, got {type(config).__name__}")
-  module = Llama(config, rngs=nnx.Rngs(seed))
+  module = get_family(config.family).module(config, rngs=nnx.Rngs(seed))
   graphdef, params = nnx.split(module)
   return Model(config=config, graphdef=graphdef, params=params)
 
 
-@functools.lru_cache(maxsize=16)
 def abstract_params(config: ModelConfig) -> tuple[Any, nnx.State]:
   """graphdef and a parameter State of ShapeDtypeStructs, without allocating weights."""
-  abstract = nnx.eval_shape(lambda: Llama(config, rngs=nnx.Rngs(0)))
-  return nnx.split(abstract)
+  return _abstract_params(config, get_family(config.family))
+
+
+@functools.lru_cache(maxsize=16)
+def _abstract_params(config: ModelConfig, family: ModelFamily) -> tuple[Any, nnx.State]:
+  return nnx.split(nnx.eval_shape(lambda: family.module(config, rngs=nnx.Rngs(0))))
 
 
 def model_from_flat_params(config: ModelConfig, flat: Mapping[str, Any], tokenizer=None, source: str = "") -> Model:

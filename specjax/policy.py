@@ -5,7 +5,7 @@ than one step (large batches). `SpeculationPolicy` puts one branch per candidate
 autoregressive steps) in the compiled loop. Each round it estimates the per-position acceptance alpha (an
 exponential average of accepted / tested drafts over active rows) and takes the branch with the most expected
 tokens per unit of time, E(alpha, K) / cost(K), where cost(K) is the measured time of a round at that K over
-the time of an autoregressive step (`calibrate_round_cost`). It starts small (the first round drafts with the
+the time of an autoregressive step (`specjax.calibration`). It starts small (the first round drafts with the
 smallest K, when the prior acceptance says speculation pays at all) and, while speculation does not pay, probes
 with the smallest K so that a drafter that starts to match again (e.g. prompt lookup reaching quoted text) is
 noticed. Probes are spaced so that failed ones cost at most `probe_budget` of the autoregressive time: a probe
@@ -19,6 +19,8 @@ import dataclasses
 import flax.struct
 import jax
 import jax.numpy as jnp
+
+from specjax import stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,17 +63,31 @@ class SpeculationPolicy:
 
 @flax.struct.dataclass
 class PolicyState:
+  """What the policy learns during one generation."""
+
   alpha: jax.Array            # acceptance estimate (scalar)
   ar_streak: jax.Array        # autoregressive rounds since the last speculative one
   interval: jax.Array         # autoregressive rounds before the next probe
-  forced_branch: jax.Array    # >= 0: always take that branch (calibration); -1: the policy decides
 
 
-def init_policy_state(policy: SpeculationPolicy, forced_branch=-1, round_cost_N=None) -> PolicyState:
+@flax.struct.dataclass
+class PolicyInputs:
+  """What the policy is given from outside the generation: the measured cost of a round at each branch, relative to
+  an autoregressive step (`specjax.calibration`), and a branch to force (>= 0; calibration times each branch this
+  way) or -1 to let the policy decide."""
+
+  round_cost_N: jax.Array
+  forced_branch: jax.Array
+
+  @classmethod
+  def measured(cls, round_cost_N, forced_branch: int = -1) -> "PolicyInputs":
+    return cls(round_cost_N=jnp.asarray(round_cost_N, jnp.float32), forced_branch=jnp.int32(forced_branch))
+
+
+def init_policy_state(policy: SpeculationPolicy, round_cost_N=None) -> PolicyState:
   """The state before the first round; with round_cost_N, the first probe waits until its cost fits the budget."""
   return PolicyState(alpha=jnp.float32(policy.prior_alpha), ar_streak=jnp.int32(0),
-                     interval=first_probe_interval(policy, round_cost_N),
-                     forced_branch=jnp.asarray(forced_branch, jnp.int32))
+                     interval=first_probe_interval(policy, round_cost_N))
 
 
 def first_probe_interval(policy: SpeculationPolicy, round_cost_N=None) -> jax.Array:
@@ -88,11 +104,12 @@ def expected_tokens(alpha, k):
   return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, round_cost_N, round_index,
+def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, inputs: PolicyInputs, round_index,
                   tokens_left=None) -> jax.Array:
   """Index into `policy.branch_ks` for this round. tokens_left: the most new tokens an active row may still
   produce; a probe is skipped when its cost (cost(K_min) - 1 steps) exceeds probe_budget of that rest too, since a
   late probe that finds matches has too few tokens left to pay itself back."""
+  round_cost_N = inputs.round_cost_N
   ks_N = jnp.asarray(policy.branch_ks, jnp.float32)
   value_N = expected_tokens(pstate.alpha, ks_N) / round_cost_N
   best = jnp.argmax(value_N).astype(jnp.int32)
@@ -101,13 +118,13 @@ def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, round_cost_N, 
     probe = probe & (tokens_left * policy.probe_budget >= round_cost_N[1] - 1.0)
   start_small = (round_index == 0) & (best > 0)
   branch = jnp.where(start_small | probe, 1, best)
-  return jnp.where(pstate.forced_branch >= 0, pstate.forced_branch, branch).astype(jnp.int32)
+  return jnp.where(inputs.forced_branch >= 0, inputs.forced_branch, branch).astype(jnp.int32)
 
 
 def update_policy_state(policy: SpeculationPolicy, pstate: PolicyState, branch, k_used, n_accepted_B,
                         active_B, round_cost_N=None) -> PolicyState:
   """Folds one round's acceptance into the estimate; doubles the probe interval after a probe that did not pay."""
-  tested_B = jnp.minimum(n_accepted_B + 1, k_used)
+  tested_B = stats.tested_drafts(n_accepted_B, k_used)
   tested = jnp.sum(jnp.where(active_B, tested_B, 0))
   accepted = jnp.sum(jnp.where(active_B, n_accepted_B, 0))
   observed = accepted / jnp.maximum(tested, 1)

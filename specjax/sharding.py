@@ -6,6 +6,7 @@ split only where it divides evenly (heads stay whole); otherwise that parameter 
 The batch is split over "data". Draft models follow the same rules.
 """
 
+import functools
 import re
 
 import jax
@@ -15,8 +16,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from specjax.cache import KVCache
 from specjax.config import ModelConfig
-from specjax.kernels import use_kernels
 from specjax.model import abstract_params
+from specjax.models import get_family
 
 AXES = ("data", "model")
 
@@ -57,23 +58,14 @@ def check_mesh(mesh) -> Mesh:
 
 
 def _param_spec(path: str, shape: tuple, config: ModelConfig, model_size: int) -> P:
-  def split(n):
-    return n % model_size == 0
-
-  rules = [
-      (r"embed$", P("model", None) if split(config.vocab_size) else P()),
-      (r"head\.kernel$", P(None, "model") if split(config.vocab_size) else P()),
-      (r"attn\.q\.(kernel|bias)$", (P(None, "model") if len(shape) == 2 else P("model"))
-       if split(config.n_heads) else P()),
-      (r"attn\.[kv]\.(kernel|bias)$", (P(None, "model") if len(shape) == 2 else P("model"))
-       if split(config.n_kv_heads) else P()),
-      (r"attn\.o\.kernel$", P("model", None) if split(config.n_heads) else P()),
-      (r"mlp\.(gate|up)\.kernel$", P(None, "model") if split(config.ffn_dim) else P()),
-      (r"mlp\.down\.kernel$", P("model", None) if split(config.ffn_dim) else P()),
-  ]
-  for pattern, spec in rules:
-    if re.search(pattern, path):
-      return spec
+  """The first of the family's `ShardRule`s that matches `path` (specjax/models/); no match replicates."""
+  for rule in get_family(config.family).sharding:
+    if re.search(rule.pattern, path):
+      if getattr(config, rule.divides) % model_size:
+        return P()
+      spec = [None] * len(shape)
+      spec[rule.axis] = "model"
+      return P(*spec)
   return P()
 
 
@@ -149,10 +141,9 @@ def sharded_verify(mesh: Mesh, target, batch: int):
   cache = cache_sharding(mesh, config, batch)
   logits = batch_sharding(mesh, batch, 3)
 
-  def verify_call(params, tokens_BxT, positions_BxT, kv_cache):
-    with use_kernels(False):  # a custom call has no partitioning rule: keep XLA's dot so the weights stay split
-      logits_BxTxV, _, kv_cache = nnx.merge(graphdef, params)(tokens_BxT, positions_BxT, kv_cache)
-    return logits_BxTxV, kv_cache
-
+  from specjax import engine  # the engine imports this module's shardings
+  from specjax.spec import TargetSpec
+  # A custom call has no partitioning rule: no CPU kernels, so that the weights stay split.
+  verify_call = functools.partial(engine.score_call, spec=TargetSpec(graphdef=graphdef, mesh=mesh, kernels=False))
   return jax.jit(verify_call, in_shardings=(param_shardings(mesh, config, target.params), rows, rows, cache),
                  out_shardings=(logits, cache), donate_argnums=(3,))

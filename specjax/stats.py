@@ -1,9 +1,16 @@
-"""Per-round statistics of a generation, computed on the host from the compiled loop's records.
+"""Per-round statistics of a generation: the one definition that `result.stats`, the benchmark's metrics and the
+adaptive policy's acceptance estimate share.
 
-Definitions: a *round* is one target verification call. In a round a row *accepts* n of its K drafts
+Definitions: a *round* is one target verification call. In a round a row *accepts* n of the K drafts proposed
 (0 <= n <= K) and then emits one more token from the target: the *correction* when a draft was rejected,
-the *bonus* when all K passed. Tokens per round = accepted + 1 (before cuts at EOS / max_new_tokens).
-The first token, sampled from the prefill, belongs to no round.
+the *bonus* when all K passed (an autoregressive round, K = 0, emits the target's token and is neither).
+Tokens per round = accepted + 1 (before cuts at EOS / max_new_tokens). The first token, sampled from the prefill,
+belongs to no round.
+
+The loop's record is `accepted_RxB` (accepted drafts per round and row, -1 where the row was inactive) and `k_R`
+(the K proposed in each round). `active_rounds` flattens it to the active row-rounds `accepted_N` with the K of
+each, `k_N`; every figure below is a pure function of those two, so records of several calls with different batch
+sizes pool by concatenation. A figure that is undefined (no active rounds, no drafts proposed) is None.
 """
 
 import dataclasses
@@ -11,10 +18,104 @@ import dataclasses
 import numpy as np
 
 
+def _no_rounds() -> tuple[np.ndarray, np.ndarray]:
+  return np.zeros((0,), np.int64), np.zeros((0,), np.int64)
+
+
+def tested_drafts(n_accepted, k):
+  """Drafts whose acceptance test ran: a round that accepts n < K drafts tested n + 1, one that accepts all K
+  tested K, i.e. min(n + 1, K). Plain operators (valid for n <= K), so numpy and jax arrays (inside jit too) alike."""
+  return n_accepted + 1 - (n_accepted >= k)
+
+
+def active_rounds(accepted_RxB, k_R) -> tuple[np.ndarray, np.ndarray]:
+  """(accepted_N, k_N): accepted drafts of every active row-round (round-major) and the K proposed in its round.
+  k_R: the K of each round, or one K for every round."""
+  accepted_RxB = np.asarray(accepted_RxB, np.int64)
+  if not accepted_RxB.size:
+    return _no_rounds()
+  k_RxB = np.broadcast_to(np.asarray(k_R, np.int64).reshape(-1, 1), accepted_RxB.shape)
+  active = accepted_RxB >= 0
+  return accepted_RxB[active], k_RxB[active]
+
+
+def pool(parts) -> tuple[np.ndarray, np.ndarray]:
+  """Concatenates (accepted_N, k_N) pairs of several records."""
+  parts = list(parts)
+  if not parts:
+    return _no_rounds()
+  return (np.concatenate([a for a, _ in parts]).astype(np.int64),
+          np.concatenate([k for _, k in parts]).astype(np.int64))
+
+
+def _ratio(num, den) -> float | None:
+  return float(num / den) if den else None
+
+
+def active_row_rounds(accepted_N) -> int:
+  return int(np.size(accepted_N))
+
+
+def accepted_drafts(accepted_N) -> int:
+  return int(np.sum(accepted_N))
+
+
+def proposed_drafts(k_N) -> int:
+  return int(np.sum(k_N))
+
+
+def total_tested_drafts(accepted_N, k_N) -> int:
+  return int(np.sum(tested_drafts(np.asarray(accepted_N), np.asarray(k_N))))
+
+
+def mean_accepted_per_round(accepted_N) -> float | None:
+  return _ratio(accepted_drafts(accepted_N), active_row_rounds(accepted_N))
+
+
+def tokens_per_round(accepted_N) -> float | None:
+  """Accepted drafts + 1 (correction, bonus or autoregressive token) per active row-round."""
+  return _ratio(accepted_drafts(accepted_N) + active_row_rounds(accepted_N), active_row_rounds(accepted_N))
+
+
+def acceptance_rate(accepted_N, k_N) -> float | None:
+  """Accepted drafts / proposed drafts."""
+  return _ratio(accepted_drafts(accepted_N), proposed_drafts(k_N))
+
+
+def alpha(accepted_N, k_N) -> float | None:
+  """Per-position acceptance probability under Leviathan et al.'s i.i.d. model, its maximum-likelihood estimate:
+  accepted drafts / tested drafts. Equals the per-position rates pooled over positions."""
+  return _ratio(accepted_drafts(accepted_N), total_tested_drafts(accepted_N, k_N))
+
+
+def acceptance_per_position(accepted_N, k_N, k: int) -> list[float | None]:
+  """P(draft i accepted | drafts before it accepted), i = 1..k: accepted at position i / tested at position i."""
+  accepted_N, k_N = np.asarray(accepted_N), np.asarray(k_N)
+  return [_ratio(int((accepted_N >= i + 1).sum()), int(((accepted_N >= i) & (k_N > i)).sum())) for i in range(k)]
+
+
+def bonus_rate(accepted_N, k_N) -> float | None:
+  """Share of active row-rounds in which all K > 0 drafts passed (a bonus token)."""
+  accepted_N, k_N = np.asarray(accepted_N), np.asarray(k_N)
+  return _ratio(int(((accepted_N == k_N) & (k_N > 0)).sum()), active_row_rounds(accepted_N))
+
+
+def correction_rate(accepted_N, k_N) -> float | None:
+  """Share of active row-rounds in which a draft was rejected (a correction token)."""
+  return _ratio(int((np.asarray(accepted_N) < np.asarray(k_N)).sum()), active_row_rounds(accepted_N))
+
+
+def mean_k(k_N) -> float | None:
+  """Drafts proposed per active row-round (K itself unless the adaptive policy varied it)."""
+  return _ratio(proposed_drafts(k_N), np.size(k_N))
+
+
 @dataclasses.dataclass
 class GenerationStats:
+  """The figures above for one generate() call; 0.0 where a figure is undefined (no rounds, no drafts)."""
+
   rounds: int                               # verification rounds the loop ran
-  k: int                                    # drafts proposed per round
+  k: int                                    # drafts proposed per round (the largest K when the policy varied it)
   accepted_per_round: list[list[int]]       # per row: accepted drafts in each round the row was active
   new_tokens: list[int]                     # per row
   mean_accepted_per_round: float            # accepted drafts per active row-round
@@ -23,6 +124,8 @@ class GenerationStats:
   acceptance_rate_per_position: list[float]  # P(draft i accepted | drafts before it accepted), i = 1..K
   bonus_rate: float                         # share of active row-rounds ending in a bonus token (all K passed)
   correction_rate: float                    # share ending in a correction token (a draft was rejected)
+  alpha: float = 0.0                        # accepted / tested drafts (Leviathan et al.'s per-position MLE)
+  mean_k: float = 0.0                       # drafts proposed per active row-round
   wall_time_s: float = 0.0                  # generate() call, including any compilation
   first_token_s: float = 0.0                # time to first token: the prefill program (and its compilation)
 
@@ -30,31 +133,29 @@ class GenerationStats:
     return dataclasses.asdict(self)
 
 
+def _or_zero(value: float | None) -> float:
+  return 0.0 if value is None else value
+
+
 def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k: int,
               wall_time_s: float = 0.0, first_token_s: float = 0.0, k_R=None) -> GenerationStats:
   """Stats from the loop's [rounds, batch] record of accepted counts (-1 marks an inactive row). k_R: drafts
   proposed in each round when K varied (adaptive policy); k is then the largest K."""
-  record = np.asarray(accepted_RxB)[:rounds]
-  active = record >= 0
-  accepted = record[active]
-  k_per = (np.broadcast_to(np.asarray(k_R)[:rounds, None], record.shape)[active] if k_R is not None
-           else np.full(accepted.shape, k))
-  per_row = [record[:, b][active[:, b]].tolist() for b in range(record.shape[1])]
-  n_active = max(int(active.sum()), 1)
-  reached = [((accepted >= i) & (k_per > i)).sum() for i in range(k)]
-  per_position = [float((accepted >= i + 1).sum() / reached[i]) if reached[i] else 0.0 for i in range(k)]
-  proposed = int(k_per.sum())
+  record = np.asarray(accepted_RxB, np.int64)[:rounds]
+  accepted_N, k_N = active_rounds(record, k if k_R is None else np.asarray(k_R)[:rounds])
   return GenerationStats(
       rounds=int(rounds),
       k=int(k),
-      accepted_per_round=per_row,
+      accepted_per_round=[record[:, b][record[:, b] >= 0].tolist() for b in range(record.shape[1])],
       new_tokens=[int(n) for n in new_tokens_B],
-      mean_accepted_per_round=float(accepted.sum() / n_active),
-      mean_tokens_per_round=float((accepted + 1).sum() / n_active),
-      acceptance_rate=float(accepted.sum() / proposed) if proposed else 0.0,
-      acceptance_rate_per_position=per_position,
-      bonus_rate=float(((accepted == k_per) & (k_per > 0)).sum() / n_active) if k else 0.0,
-      correction_rate=float((accepted < k_per).sum() / n_active) if k else 0.0,
+      mean_accepted_per_round=_or_zero(mean_accepted_per_round(accepted_N)),
+      mean_tokens_per_round=_or_zero(tokens_per_round(accepted_N)),
+      acceptance_rate=_or_zero(acceptance_rate(accepted_N, k_N)),
+      acceptance_rate_per_position=[_or_zero(p) for p in acceptance_per_position(accepted_N, k_N, int(k))],
+      bonus_rate=_or_zero(bonus_rate(accepted_N, k_N)),
+      correction_rate=_or_zero(correction_rate(accepted_N, k_N)),
+      alpha=_or_zero(alpha(accepted_N, k_N)),
+      mean_k=_or_zero(mean_k(k_N)),
       wall_time_s=wall_time_s,
       first_token_s=first_token_s,
   )

@@ -39,7 +39,6 @@ def _rows(stdout: str) -> list[str]:
 
 def _single_process_rows() -> list[str]:
   """What scripts/generate.py prints for ARGS in one process (computed here, on this process's first device)."""
-  sys.path.insert(0, ROOT)
   from configs import tiny
   config = tiny.get_config()
   target = model_from_source(config.model)

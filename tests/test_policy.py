@@ -1,15 +1,17 @@
 """The adaptive speculation policy: its choice rule, its state, and exact greedy decoding under it."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import specjax
 from specjax import drafters
-from specjax.engine import generate_program
-from specjax.generate import pack_batch
-from specjax.policy import (SpeculationPolicy, choose_branch, expected_tokens, init_policy_state,
+from specjax import engine
+from specjax.host import pack_batch
+from specjax.policy import (PolicyInputs, SpeculationPolicy, choose_branch, expected_tokens, init_policy_state,
                             update_policy_state)
+from specjax.spec import DecodeSpec
 
 CONFIG = specjax.ModelConfig(vocab_size=32, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64,
                              max_seq_len=160)
@@ -18,9 +20,13 @@ GREEDY = specjax.SamplingParams(temperature=0.0)
 POLICY = SpeculationPolicy(ks=(1, 2, 4))
 
 
-def _state(alpha, streak=0, interval=4, forced=-1):
-  return init_policy_state(POLICY, forced).replace(alpha=jnp.float32(alpha), ar_streak=jnp.int32(streak),
-                                                   interval=jnp.int32(interval))
+def _state(alpha, streak=0, interval=4):
+  return init_policy_state(POLICY).replace(alpha=jnp.float32(alpha), ar_streak=jnp.int32(streak),
+                                           interval=jnp.int32(interval))
+
+
+def _inputs(costs, forced=-1):
+  return PolicyInputs.measured(jnp.asarray(costs), forced)
 
 
 def test_expected_tokens_matches_leviathan():
@@ -29,8 +35,8 @@ def test_expected_tokens_matches_leviathan():
 
 
 def test_choice_follows_acceptance_and_cost():
-  cheap = jnp.asarray([1.0, 1.1, 1.2, 1.4])
-  dear = jnp.asarray([1.0, 2.0, 2.5, 3.5])
+  cheap = _inputs([1.0, 1.1, 1.2, 1.4])
+  dear = _inputs([1.0, 2.0, 2.5, 3.5])
   assert int(choose_branch(POLICY, _state(0.9), cheap, 5)) == 3       # high acceptance, cheap rounds: largest K
   assert int(choose_branch(POLICY, _state(0.05), dear, 5)) == 0       # low acceptance: autoregressive
   assert int(choose_branch(POLICY, _state(0.9), dear, 5)) == 3        # E(0.9, 4) / 3.5 = 1.17 > 1
@@ -38,7 +44,7 @@ def test_choice_follows_acceptance_and_cost():
   assert int(choose_branch(POLICY, _state(0.9), cheap, 0)) == 1       # starts small: first round drafts with K=1
   assert int(choose_branch(POLICY, _state(0.05), dear, 0)) == 0       # ... unless the prior says nothing pays
   assert int(choose_branch(POLICY, _state(0.05, streak=4), dear, 9)) == 1   # probe after `interval` AR rounds
-  assert int(choose_branch(POLICY, _state(0.9, forced=2), cheap, 5)) == 2
+  assert int(choose_branch(POLICY, _state(0.9), _inputs([1.0, 1.1, 1.2, 1.4], forced=2), 5)) == 2
 
 
 def test_failed_probes_back_off_and_success_resets():
@@ -67,7 +73,7 @@ def test_probes_are_spaced_by_their_cost():
   assert int(paid.interval) == 12                                     # a probe that paid resets the spacing
   due = init_policy_state(policy, round_cost_N=jnp.asarray([1.0, 1.6, 2.0])).replace(
       alpha=jnp.float32(0.05), ar_streak=jnp.int32(12))
-  costs = jnp.asarray([1.0, 1.6, 2.0])
+  costs = _inputs([1.0, 1.6, 2.0])
   assert int(choose_branch(policy, due, costs, 20, tokens_left=12)) == 1   # 12 x 0.05 >= 0.6: the probe runs
   assert int(choose_branch(policy, due, costs, 20, tokens_left=11)) == 0   # too few tokens left to pay it back
 
@@ -98,19 +104,20 @@ def test_greedy_auto_equals_autoregressive(target, kind):
   assert result.stats.k == 4
 
 
+def _spec(target, drafter):
+  return DecodeSpec(graphdef=target.graphdef, drafter=drafter, sampling=GREEDY, k=POLICY, eos_ids=(), prompt_bucket=32)
+
+
+def _decode(target, drafter, rows, costs, forced=-1):
+  tokens, lengths, max_new = pack_batch(rows, 64, 24)
+  return engine.run(target.params, drafter.params(), jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(max_new),
+                    jax.random.key(0), spec=_spec(target, drafter), policy_inputs=_inputs(costs, forced))
+
+
 def _run(target, drafter, costs, forced=-1):
-  tokens, lengths, max_new = pack_batch(PROMPTS, 64, 24)
-  state = generate_program(target.params, drafter.params(), jnp.asarray(tokens), jnp.asarray(lengths),
-                           jnp.asarray(max_new), specjax_key(), graphdef=target.graphdef, drafter=drafter,
-                           sampling=GREEDY, k=POLICY, eos_ids=(), prompt_bucket=32,
-                           policy_inputs=(jnp.asarray(costs, jnp.float32), jnp.int32(forced)))
+  state = _decode(target, drafter, PROMPTS, costs, forced)
   rounds = int(state.round)
   return np.asarray(state.k_R)[:rounds], np.asarray(state.accepted_RxB)[:rounds]
-
-
-def specjax_key():
-  import jax
-  return jax.random.key(0)
 
 
 def test_policy_speculates_when_drafts_match_and_stops_when_they_cannot(target):
@@ -135,11 +142,8 @@ def test_no_speculative_round_where_the_drafter_sees_no_match(target):
   """Prompt lookup under the policy (every K cheap): a speculative round only where some row's suffix bigram
   occurred before; autoregressive steps otherwise."""
   rows = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15, 16]]
-  tokens, lengths, max_new = pack_batch(rows, 64, 24)
-  state = generate_program(target.params, (), jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(max_new),
-                           specjax_key(), graphdef=target.graphdef, drafter=drafters.PromptLookup(max_ngram=3),
-                           sampling=GREEDY, k=POLICY, eos_ids=(), prompt_bucket=32,
-                           policy_inputs=(jnp.asarray([1.0, 1.0, 1.0, 1.0]), jnp.int32(-1)))
+  lengths = np.asarray([len(r) for r in rows])
+  state = _decode(target, drafters.PromptLookup(max_ngram=3), rows, [1.0, 1.0, 1.0, 1.0])
   rounds = int(state.round)
   out = np.asarray(state.tokens_BxS)
   lens_after = np.asarray(lengths)[None, :] + 1 + np.cumsum(np.asarray(state.emitted_RxB)[:rounds], axis=0)
@@ -168,9 +172,20 @@ def test_calibration_subtracts_a_zero_round_decode(target, monkeypatch):
 
   monkeypatch.setattr(calibration, "decode_program", counted)
   tokens, lengths, _ = pack_batch(PROMPTS, 64, 1)
-  costs = calibration.calibrate_round_cost(target.params, (), (tokens, lengths), policy=POLICY,
-                                           graphdef=target.graphdef, drafter=drafters.PromptLookup(),
-                                           sampling=GREEDY, eos_ids=(), prompt_bucket=32)
+  measured = calibration.Calibration()
+  spec = _spec(target, drafters.PromptLookup())
+  costs = measured.round_costs(target.params, (), tokens, lengths, spec)
   assert {rounds for budget, rounds in calls if budget == 1} == {0}
   assert all(rounds > 0 for budget, rounds in calls if budget > 1)
   assert costs[0] == 1.0 and (np.diff(costs) >= 0).all()
+  n_calls = len(calls)
+  assert measured.round_costs(target.params, (), tokens, lengths, spec) is costs and len(calls) == n_calls  # kept
+  measured.round_costs(target.params, (), tokens[:2], lengths[:2], spec)  # another batch shape: measured anew
+  assert len(calls) > n_calls
+
+
+def test_adaptive_decode_needs_its_policy_inputs(target):
+  tokens, lengths, max_new = pack_batch(PROMPTS, 64, 4)
+  with pytest.raises(ValueError, match="policy_inputs"):
+    engine.run(target.params, (), jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(max_new), jax.random.key(0),
+               spec=_spec(target, drafters.PromptLookup()))

@@ -1,8 +1,9 @@
-"""The programs of one speculative round, built over abstract sharded arguments so nothing is allocated.
+"""The programs of one speculative round, composed of the engine's own round functions (`engine.score_call`,
+`sample_tokens`, `accept_drafts`) and built over abstract sharded arguments so nothing is allocated.
 
-  draft_step   one draft-model position: forward, q = distribution, sample (K of these per round)
-  verify_k{K}  the target over K+1 positions, p = distribution, modified rejection sampling
-  ar_step      one target position: forward, distribution, sample (the autoregressive baseline)
+  draft_step   one draft-model position: the scoring call, then a sampled token (K of these per round)
+  verify_k{K}  the target over K+1 positions and the engine's acceptance (modified rejection sampling)
+  ar_step      one target position: the scoring call, then a sampled token (the autoregressive baseline)
 The KV cache is donated, as in the generation loop, so its update is in place.
 """
 
@@ -11,14 +12,13 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 from jax.sharding import Mesh
 
 from specjax.cache import KVCache, cache_size
 from specjax.config import ModelConfig
-from specjax.kernels import use_kernels
-from specjax.rejection import accept
-from specjax.sampling import SamplingParams, distribution, sample
+from specjax import engine
+from specjax.sampling import SamplingParams
+from specjax.spec import TargetSpec
 from specjax.sharding import abstract_sharded_params, batch_sharding, cache_sharding
 
 CACHE_ARG = 3  # position of the (donated) cache among every program's arguments
@@ -40,22 +40,21 @@ class Program:
     return jax.jit(self.fn, donate_argnums=(CACHE_ARG,)).lower(*self.args)
 
 
-def _single_position(graphdef, sampling: SamplingParams):
+def _single_position(spec: TargetSpec, sampling: SamplingParams):
+  """The engine's one-position step: the scoring call, then a token from the sampling distribution."""
   def step(params, tokens_Bx1, positions_Bx1, cache, key_data_Bx2):
-    with use_kernels(False):  # sharded programs keep XLA's dot (a custom call has no partitioning rule)
-      logits_Bx1xV, _, cache = nnx.merge(graphdef, params)(tokens_Bx1, positions_Bx1, cache)
-    probs_BxV = distribution(logits_Bx1xV[:, -1], sampling)
-    next_B = jax.vmap(sample)(jax.random.wrap_key_data(key_data_Bx2), probs_BxV)
+    logits_Bx1xV, cache = engine.score_call(params, tokens_Bx1, positions_Bx1, cache, spec=spec)
+    next_B, probs_BxV = engine.sample_tokens(jax.random.wrap_key_data(key_data_Bx2), logits_Bx1xV[:, -1], sampling)
     return next_B, probs_BxV, cache
   return step
 
 
-def _verify(graphdef, sampling: SamplingParams):
+def _verify(spec: TargetSpec, sampling: SamplingParams):
+  """The engine's verification: the scoring call over [last, d_1..d_K], then its acceptance rule."""
   def verify(params, tokens_BxK1, positions_BxK1, cache, key_data_Bx2, q_BxKxV):
-    with use_kernels(False):
-      logits_BxK1xV, _, cache = nnx.merge(graphdef, params)(tokens_BxK1, positions_BxK1, cache)
-    p_BxK1xV = distribution(logits_BxK1xV, sampling)
-    n_accepted_B, next_B = accept(p_BxK1xV, q_BxKxV, tokens_BxK1[:, 1:], jax.random.wrap_key_data(key_data_Bx2))
+    logits_BxK1xV, cache = engine.score_call(params, tokens_BxK1, positions_BxK1, cache, spec=spec)
+    n_accepted_B, next_B = engine.accept_drafts(logits_BxK1xV, q_BxKxV, tokens_BxK1[:, 1:],
+                                                jax.random.wrap_key_data(key_data_Bx2), sampling)
     return n_accepted_B, next_B, cache
   return verify
 
@@ -81,7 +80,8 @@ def step_program(name: str, role: str, mesh: Mesh, config: ModelConfig, batch: i
                  sampling: SamplingParams) -> Program:
   """One position of `config`'s model (the draft step or the autoregressive step)."""
   graphdef, args = _common_args(mesh, config, batch, 1, cache_len)
-  return Program(name, role, config, 1, 0, _single_position(graphdef, sampling), args)
+  spec = TargetSpec(graphdef=graphdef, mesh=mesh, kernels=False)  # a custom call has no partitioning rule
+  return Program(name, role, config, 1, 0, _single_position(spec, sampling), args)
 
 
 def verify_program(mesh: Mesh, config: ModelConfig, batch: int, cache_len: int, k: int,
@@ -89,4 +89,5 @@ def verify_program(mesh: Mesh, config: ModelConfig, batch: int, cache_len: int, 
   """The target over K+1 positions with the rejection sampler, as in one verification round."""
   graphdef, args = _common_args(mesh, config, batch, k + 1, cache_len)
   q = jax.ShapeDtypeStruct((batch, k, config.vocab_size), jnp.float32, sharding=batch_sharding(mesh, batch, 3))
-  return Program(f"verify_k{k}", "target", config, k + 1, k, _verify(graphdef, sampling), args + (q,))
+  spec = TargetSpec(graphdef=graphdef, mesh=mesh, kernels=False)
+  return Program(f"verify_k{k}", "target", config, k + 1, k, _verify(spec, sampling), args + (q,))

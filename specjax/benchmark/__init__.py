@@ -3,4 +3,5 @@
 Importable without torch; the HF peer (`peers.py`) imports torch / transformers only when it runs.
 """
 
-from specjax.benchmark.runner import REQUIRED_KEYS, run_benchmark, validate_config
+from specjax.benchmark.plan import validate_config
+from specjax.benchmark.runner import REQUIRED_KEYS, run_benchmark

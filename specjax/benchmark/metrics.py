@@ -1,63 +1,41 @@
 """Metrics from per-call records of the generation loop (host-side numpy; no model work).
 
-A *call record* is one fused `generate_program` run over a batch:
+A *call record* is one fused run of the prefill and decode programs over a batch (`host.run_batch`):
   {"wall_s": float, "first_token_s": float, "new_tokens": [per row], "accepted": [[per round per row]] with -1 for
   inactive rows, "k": int}.
-Definitions follow `specjax.stats`: tokens per round = accepted + 1 over active row-rounds; the first token (from
-the prefill) belongs to no round.
+The per-run figures pool the active row-rounds of all call records and apply `specjax.stats`' definitions (the ones
+`result.stats` and the adaptive policy use); the first token (from the prefill) belongs to no round.
 """
 
 import numpy as np
 
-
-def _active_with_k(records, k: int):
-  """Accepted drafts of every active row-round, and the K proposed in that round (a record's "k_R" when the
-  adaptive policy chose K per round, else k)."""
-  accepted, ks = [], []
-  for r in records:
-    if not len(r["accepted"]):
-      continue
-    a_RxB = np.asarray(r["accepted"], np.int64).reshape(len(r["accepted"]), -1)
-    k_R = np.asarray(r["k_R"], np.int64) if r.get("k_R") is not None else np.full(a_RxB.shape[0], k)
-    k_RxB = np.broadcast_to(k_R[:, None], a_RxB.shape)
-    accepted.append(a_RxB[a_RxB >= 0])
-    ks.append(k_RxB[a_RxB >= 0])
-  if not accepted:
-    return np.zeros((0,), np.int64), np.zeros((0,), np.int64)
-  return np.concatenate(accepted), np.concatenate(ks)
+from specjax import stats
 
 
-def _active(records):
-  return _active_with_k(records, 0)[0]
+def pooled_rounds(records, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """`stats.active_rounds` of every call, concatenated: accepted drafts of each active row-round and the K proposed
+  in that round (a record's "k_R" when the adaptive policy chose K per round, else k)."""
+  return stats.pool(stats.active_rounds(r["accepted"], k if r.get("k_R") is None else r["k_R"])
+                    for r in records)
 
 
 def tokens_per_round(records) -> float | None:
-  active = _active(records)
-  return float((active + 1).mean()) if active.size else None
+  return stats.tokens_per_round(pooled_rounds(records, 0)[0])
 
 
 def acceptance_rate(records, k: int) -> float | None:
-  """Accepted drafts / proposed drafts (K per active row-round); None for autoregressive (k = 0)."""
-  active, k_per = _active_with_k(records, k)
-  if not k or not k_per.sum():
-    return None
-  return float(active.sum() / k_per.sum())
+  """Accepted drafts / proposed drafts; None for autoregressive (k = 0)."""
+  return stats.acceptance_rate(*pooled_rounds(records, k))
 
 
 def alpha_estimate(records, k: int) -> float | None:
-  """Per-position acceptance probability alpha under Leviathan et al.'s i.i.d. model (its maximum-likelihood
-  estimate): accepted drafts / drafts that were tested (a round that accepts n < K drafts tested n + 1)."""
-  active, k_per = _active_with_k(records, k)
-  if not k or not active.size:
-    return None
-  tested = np.minimum(active + 1, k_per).sum()
-  return float(active.sum() / tested) if tested else None
+  """`stats.alpha`: accepted drafts / tested drafts (Leviathan et al.'s per-position MLE); None without drafts."""
+  return stats.alpha(*pooled_rounds(records, k))
 
 
 def mean_k(records, k: int) -> float | None:
   """Drafts proposed per active row-round (K itself unless the adaptive policy varied it)."""
-  _, k_per = _active_with_k(records, k)
-  return float(k_per.mean()) if k_per.size else None
+  return stats.mean_k(pooled_rounds(records, k)[1])
 
 
 def throughput(records) -> float:

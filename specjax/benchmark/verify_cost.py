@@ -3,26 +3,15 @@ fill, called alternately so that drift on a shared machine moves both; the ratio
 ratios. (The phase split times the two in different cells, minutes apart: its ratio swung 1.25x-1.43x between
 runs of the same command.)"""
 
-import functools
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from specjax.cache import init_cache
-from specjax.engine import target_features
-from specjax.kernels import use_kernels
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("cache",))
-def _target_call(params, tokens_BxT, positions_BxT, cache, *, graphdef):
-  """What `engine.verify` runs for T positions: the forward over them (cache written) and their logits."""
-  with use_kernels(True):
-    target = nnx.merge(graphdef, params)
-    hidden, cache, _ = target_features(target, tokens_BxT, positions_BxT, cache, None)
-    return target.logits(hidden), cache
+from specjax.engine import score_program
+from specjax.spec import TargetSpec
 
 
 def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: int, calls: int) -> dict:
@@ -39,9 +28,12 @@ def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: i
     inputs[t] = (jnp.ones((batch, t), jnp.int32), fill_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :])
     caches[t] = init_cache(target.config, batch, cache_size).with_lengths(jnp.full((batch,), filled, jnp.int32))
 
+  # The scoring call of the unsharded decode program (kernels on), as `engine.verify` runs it.
+  spec = TargetSpec(graphdef=target.graphdef)
+
   def timed(t: int) -> float:
     start = time.perf_counter()
-    logits, caches[t] = _target_call(target.params, *inputs[t], caches[t], graphdef=target.graphdef)
+    logits, caches[t] = score_program(target.params, *inputs[t], caches[t], spec=spec)
     jax.block_until_ready(logits)
     return time.perf_counter() - start
 

@@ -17,8 +17,8 @@ from specjax.model import Model, model_from_flat_params
 from specjax.models.rope import inverse_frequencies
 from specjax.tokenizer import Tokenizer
 
-# general.architecture -> whether llama.cpp permuted the Q/K rows when converting.
-ARCHITECTURES = {"llama": True, "qwen2": False}
+# general.architecture -> (the specjax model family it loads into, whether llama.cpp permuted the Q/K rows).
+ARCHITECTURES = {"llama": ("llama", True), "qwen2": ("llama", False)}
 
 _LAYER_TENSORS = {
     "attn_q": "attn.q", "attn_k": "attn.k", "attn_v": "attn.v", "attn_output": "attn.o",
@@ -133,6 +133,7 @@ def gguf_config(metadata: dict[str, Any], shapes: dict[str, tuple], path: str = 
       head_dim=0 if head_dim * n_heads == d_model else head_dim,
       eos_token_ids=tuple(dict.fromkeys(int(t) for t in eos if t is not None and 0 <= t < vocab_size)),
       bos_token_id=int(metadata.get("tokenizer.ggml.bos_token_id", -1)),
+      family=ARCHITECTURES[arch][0],
   )
 
 
@@ -171,7 +172,7 @@ def read_gguf(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarra
   metadata = read_metadata(reader)
   shapes = {t.name: tuple(reversed([int(d) for d in t.shape])) for t in reader.tensors}
   config = gguf_config(metadata, shapes, path)
-  permuted = ARCHITECTURES[metadata["general.architecture"]]
+  permuted = ARCHITECTURES[metadata["general.architecture"]][1]
   flat = {}
   for tensor in reader.tensors:
     values = _dequantize(tensor)

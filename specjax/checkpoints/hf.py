@@ -11,7 +11,8 @@ from specjax.config import SUPPORTED_DTYPES, ModelConfig
 from specjax.model import Model, model_from_flat_params
 from specjax.tokenizer import TOKENIZER_FILE, Tokenizer
 
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+# config.json `architectures` -> the specjax model family it loads into (the tensor names below are its names).
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama"}
 INDEX_FILE = "model.safetensors.index.json"
 
 _LAYER_NAME = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
@@ -99,6 +100,7 @@ def hf_config(hf: dict, generation: dict | None = None, where: str = "config.jso
       rope_scaling=scaling,
       eos_token_ids=tuple(t for t in eos if 0 <= t < vocab_size),
       bos_token_id=-1 if bos is None else int(bos),
+      family=ARCHITECTURES[arch],
   )
 
 

@@ -1,9 +1,10 @@
 """The drafter protocol: static (hashable) objects whose arrays travel through jit as `params`."""
 
-from typing import Any
+from typing import Any, Callable
 
 import flax.struct
 import jax
+from flax import nnx
 
 
 @flax.struct.dataclass
@@ -67,3 +68,21 @@ class Drafter:
     """State after the target accepted n_accepted_B drafts and seq_len_B is the new sequence length; features
     cover the K+1 verified positions [last token, d_1..d_K] (only the first n_accepted_B + 1 are now committed)."""
     return state
+
+  def saved(self) -> tuple[dict, Any]:
+    """(JSON-able static fields, the trained arrays) that `specjax.training.export` stores for a drafter that
+    learns; `from_saved` is the inverse. Drafters with nothing trained of their own raise."""
+    raise TypeError(f"cannot export {self!r}: not a trained head (a DraftModel is saved with save_model)")
+
+  @classmethod
+  def from_saved(cls, target, description: dict, restore: Callable[[Any], Any]) -> "Drafter":
+    """The drafter `saved` described, attached to `target`; `restore(template)` reads the stored arrays into the
+    template's tree (its shapes and dtypes)."""
+    raise TypeError(f"{cls.__name__} has nothing trained to load")
+
+
+def with_pure_dict(state: nnx.State, pure: dict) -> nnx.State:
+  """A copy of `state` holding the arrays of `pure` (laid out as `state.to_pure_dict()`)."""
+  state = jax.tree.map(lambda x: x, state)
+  nnx.replace_by_pure_dict(state, pure)
+  return state

@@ -17,8 +17,7 @@ from specjax.config import ModelConfig
 from specjax.drafters.trained_head import TrainedHead
 from specjax.drafters.vocab_head import draw, embed_tokens
 from specjax.model import Model
-from specjax.models.llama import Block, RMSNorm
-from specjax.models.rope import apply_rope, rope_tables
+from specjax.models import get_family
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +36,7 @@ class FeatureHeadConfig:
   head_dim: int = 0
   rope_scaling: tuple = ()
   max_seq_len: int = 2048
+  family: str = "llama"  # the target's model family: its block, norm and RoPE
 
   def __post_init__(self):
     if not self.feature_layers:
@@ -54,14 +54,14 @@ class FeatureHeadConfig:
                ffn_dim=ffn_dim or target.ffn_dim, vocab_size=target.vocab_size,
                draft_vocab_size=draft_vocab_size or target.vocab_size, feature_layers=tuple(layers),
                rope_theta=target.rope_theta, norm_eps=target.norm_eps, head_dim=target.head_dim,
-               rope_scaling=target.rope_scaling, max_seq_len=target.max_seq_len)
+               rope_scaling=target.rope_scaling, max_seq_len=target.max_seq_len, family=target.family)
 
   def layer_config(self) -> ModelConfig:
     """The one decoder layer, as a 1-layer ModelConfig (float32: the head trains and drafts in float32)."""
     return ModelConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=1, n_heads=self.n_heads,
                        n_kv_heads=self.n_kv_heads, ffn_dim=self.ffn_dim, max_seq_len=self.max_seq_len,
                        rope_theta=self.rope_theta, norm_eps=self.norm_eps, head_dim=self.head_dim,
-                       rope_scaling=self.rope_scaling)
+                       rope_scaling=self.rope_scaling, family=self.family)
 
 
 def _linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
@@ -69,22 +69,27 @@ def _linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
 
 
 class FeatureNet(nnx.Module):
-  """Per-layer norms, fuse (L*D -> D), mix ([feature; embedding] -> D), one Llama block, output norm.
+  """Per-layer norms, fuse (L*D -> D), mix ([feature; embedding] -> D), one decoder block, output norm: the
+  norms and the block are the target family's.
 
   The per-layer norms matter: residual streams carry a few huge dimensions (hundreds, against an RMS of ~5-25 in
   SmolLM2), which a plain concatenation would let dominate; FeatureHead.create starts them at the scales the
   target's own next layer reads each stream with."""
 
   def __init__(self, config: FeatureHeadConfig, rngs: nnx.Rngs):
-    d, eps = config.d_model, config.norm_eps
+    d, eps, family = config.d_model, config.norm_eps, get_family(config.family)
     self.layer_config = config.layer_config()
-    self.layer_norms = nnx.List([RMSNorm(d, eps, jnp.float32) for _ in config.feature_layers])
+    self.layer_norms = nnx.List([family.norm(d, eps, jnp.float32) for _ in config.feature_layers])
     self.fuse = _linear(len(config.feature_layers) * d, d, rngs)
-    self.feature_norm = RMSNorm(d, eps, jnp.float32)
-    self.embed_norm = RMSNorm(d, eps, jnp.float32)
+    self.feature_norm = family.norm(d, eps, jnp.float32)
+    self.embed_norm = family.norm(d, eps, jnp.float32)
     self.mix = _linear(2 * d, d, rngs)
-    self.block = Block(self.layer_config, rngs)
-    self.out_norm = RMSNorm(d, eps, jnp.float32)
+    self.block = family.block(self.layer_config, rngs)
+    self.out_norm = family.norm(d, eps, jnp.float32)
+
+  @property
+  def family(self):
+    return get_family(self.layer_config.family)
 
   def fused(self, layers_BxTxLxD: jax.Array) -> jax.Array:
     layers = layers_BxTxLxD.astype(jnp.float32)
@@ -95,7 +100,7 @@ class FeatureNet(nnx.Module):
 
   def __call__(self, feature_BxTxD, embed_BxTxD, positions_BxT, cache: KVCache):
     """One step with the draft cache: block outputs [B, T, D] (the next step's feature) and the cache."""
-    cos, sin = rope_tables(self.layer_config, positions_BxT)
+    cos, sin = self.family.rope_tables(self.layer_config, positions_BxT)
     return self.block(self._inputs(feature_BxTxD, embed_BxTxD), cos, sin, positions_BxT, cache, 0)
 
   def unrolled(self, feature_BxTxD, embeds_SxBxTxD) -> list[jax.Array]:
@@ -108,34 +113,10 @@ class FeatureNet(nnx.Module):
     feature, outs, keys, values = feature_BxTxD, [], [], []
     for step, embed_BxTxD in enumerate(embeds_SxBxTxD):
       positions = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32) + step, (batch, t_len))
-      cos, sin = rope_tables(self.layer_config, positions)
-      feature = chain_block(self.block, self._inputs(feature, embed_BxTxD), cos, sin, keys, values)
+      cos, sin = self.family.rope_tables(self.layer_config, positions)
+      feature = self.family.chain_block(self.block, self._inputs(feature, embed_BxTxD), cos, sin, keys, values)
       outs.append(feature)
     return outs
-
-
-def chain_block(block: Block, x_BxTxD, cos, sin, keys: list, values: list) -> jax.Array:
-  """A Llama block without a cache, for training. With empty `keys`: causal self-attention over the T positions
-  (their keys and values are appended). Otherwise position t is chain t's next step: it attends to the first
-  call's entries at positions <= t and to chain t's own entries of every later call, then appends its own."""
-  attn = block.attn
-  batch, t_len, _ = x_BxTxD.shape
-  groups = attn.n_heads // attn.n_kv_heads
-  h = block.attn_norm(x_BxTxD)
-  q = apply_rope(attn.q(h).reshape(batch, t_len, attn.n_kv_heads, groups, attn.head_dim),
-                 cos[:, :, None], sin[:, :, None]) * attn.head_dim**-0.5
-  keys.append(apply_rope(attn.k(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim), cos, sin))
-  values.append(attn.v(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim))
-  position_T = jnp.arange(t_len)
-  context = jnp.einsum("btkgd,bskd->bkgts", q.astype(jnp.float32), keys[0].astype(jnp.float32))
-  context = jnp.where((position_T[None, :] <= position_T[:, None])[None, None, None], context, -jnp.inf)
-  own = [jnp.einsum("btkgd,btkd->bkgt", q, k).astype(jnp.float32)[..., None] for k in keys[1:]]
-  weights = jax.nn.softmax(jnp.concatenate([context] + own, axis=-1), axis=-1)
-  mixed = jnp.einsum("bkgts,bskd->btkgd", weights[..., :t_len], values[0].astype(jnp.float32))
-  for i, v in enumerate(values[1:]):
-    mixed = mixed + jnp.einsum("bkgt,btkd->btkgd", weights[..., t_len + i], v.astype(jnp.float32))
-  x = x_BxTxD + attn.o(mixed.reshape(batch, t_len, -1).astype(x_BxTxD.dtype))
-  return x + block.mlp(block.mlp_norm(x))
 
 
 class FeatureHead(TrainedHead):
@@ -152,10 +133,9 @@ class FeatureHead(TrainedHead):
   def initial_net(cls, target: Model, config: FeatureHeadConfig, seed: int) -> nnx.State:
     """Layer i's norm starts as the target's norm in front of layer i + 1 (the final norm after the last)."""
     net = FeatureNet(config, nnx.Rngs(seed))
-    flat = target.flat_params()
+    flat, family = target.flat_params(), get_family(target.config.family)
     for norm, layer in zip(net.layer_norms, config.feature_layers):
-      name = f"layers.{layer + 1}.attn_norm.scale" if layer + 1 < target.config.n_layers else "final_norm.scale"
-      norm.scale[...] = flat[name].astype(jnp.float32)
+      norm.scale[...] = flat[family.reading_norm(layer, target.config.n_layers)].astype(jnp.float32)
     return nnx.split(net)[1]
 
   def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket, features=None):

@@ -1,15 +1,18 @@
 """LayerSkip self-speculation: the target's own first N layers, final norm and head draft, optionally through a
 small trained exit adapter; the layers are the target's arrays (no second model is stored, only the adapter)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from specjax.config import ModelConfig
+from specjax.drafters.base import with_pure_dict
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.truncated import truncated_model
 from specjax.model import Model
-from specjax.models.llama import Llama, RMSNorm
+from specjax.models import get_family
 
 
 def default_exit_layers(target_layers: int) -> int:
@@ -20,10 +23,11 @@ def default_exit_layers(target_layers: int) -> int:
 
 class ExitAdapter(nnx.Module):
   """h + up(SiLU(down(norm(h)))) on the final-normed hidden; `up` starts at zero, so an untrained adapter is
-  the plain early exit."""
+  the plain early exit. The norm is the model family's."""
 
-  def __init__(self, d_model: int, rank: int, norm_eps: float, rngs: nnx.Rngs):
-    self.norm = RMSNorm(d_model, norm_eps, jnp.float32)
+  def __init__(self, config: ModelConfig, rank: int, rngs: nnx.Rngs):
+    d_model = config.d_model
+    self.norm = get_family(config.family).norm(d_model, config.norm_eps, jnp.float32)
     self.down = nnx.Linear(d_model, rank, use_bias=False, rngs=rngs, kernel_init=nnx.initializers.normal(d_model**-0.5))
     self.up = nnx.Linear(rank, d_model, use_bias=False, rngs=rngs, kernel_init=nnx.initializers.zeros_init())
 
@@ -32,26 +36,32 @@ class ExitAdapter(nnx.Module):
     return (h + self.up(jax.nn.silu(self.down(self.norm(h))))).astype(hidden_xD.dtype)
 
 
-class EarlyExitLlama(Llama):
-  """The target's first N layers with an exit adapter before the output head."""
+@functools.cache
+def early_exit_class(decoder: type) -> type:
+  """The family's decoder class with an exit adapter before its output head (parameters: the decoder's and
+  `exit_adapter`); one class per decoder, so graphdefs of equal shape compare equal."""
 
-  def __init__(self, config: ModelConfig, adapter_rank: int, rngs: nnx.Rngs):
-    super().__init__(config, rngs)
-    self.exit_adapter = ExitAdapter(config.d_model, adapter_rank, config.norm_eps, rngs)
+  class EarlyExit(decoder):
 
-  def logits(self, hidden_BxTxD):
-    return super().logits(self.exit_adapter(hidden_BxTxD))
+    def __init__(self, config: ModelConfig, adapter_rank: int, rngs: nnx.Rngs):
+      super().__init__(config, rngs=rngs)
+      self.exit_adapter = ExitAdapter(config, adapter_rank, rngs)
+
+    def logits(self, hidden_BxTxD):
+      return super().logits(self.exit_adapter(hidden_BxTxD))
+
+  EarlyExit.__name__ = EarlyExit.__qualname__ = f"EarlyExit{decoder.__name__}"
+  return EarlyExit
 
 
 def early_exit_model(target: Model, n_layers: int, adapter_rank: int, adapter: nnx.State | None = None,
                      seed: int = 0) -> Model:
   """A Model of the target's first n_layers (the same arrays) and an exit adapter (new, or `adapter`)."""
   truncated = truncated_model(target, n_layers)
-  abstract = nnx.eval_shape(lambda: EarlyExitLlama(truncated.config, adapter_rank, nnx.Rngs(seed)))
-  graphdef, params = nnx.split(abstract)
+  early_exit = early_exit_class(get_family(truncated.config.family).module)
+  graphdef, params = nnx.split(nnx.eval_shape(lambda: early_exit(truncated.config, adapter_rank, nnx.Rngs(seed))))
   if adapter is None:
-    _, adapter = nnx.split(ExitAdapter(truncated.config.d_model, adapter_rank, truncated.config.norm_eps,
-                                       nnx.Rngs(seed)))
+    _, adapter = nnx.split(ExitAdapter(truncated.config, adapter_rank, nnx.Rngs(seed)))
   params = nnx.merge_state(params, truncated.params)
   params["exit_adapter"] = adapter
   return Model(config=truncated.config, graphdef=graphdef, params=params, tokenizer=target.tokenizer)
@@ -83,3 +93,15 @@ class LayerSkip(DraftModel):
 
   def __repr__(self):
     return f"LayerSkip(n_layers={self.n_layers}, adapter_rank={self.adapter_rank})"
+
+  def saved(self):
+    """Only the exit adapter: the layers are the target's."""
+    if not self.adapter_rank:
+      raise TypeError(f"cannot export {self!r}: nothing trained (the source {self.n_layers} rebuilds it)")
+    return {"n_layers": self.n_layers, "adapter_rank": self.adapter_rank}, {"adapter": self.adapter.to_pure_dict()}
+
+  @classmethod
+  def from_saved(cls, target: Model, description: dict, restore) -> "LayerSkip":
+    fresh = cls.create(target, description["n_layers"], description["adapter_rank"])
+    saved = restore({"adapter": fresh.adapter.to_pure_dict()})
+    return fresh.with_adapter(with_pure_dict(fresh.adapter, saved["adapter"]))

@@ -1,11 +1,12 @@
 """`TrainedHead`: a drafter whose arrays are a small trained NNX net plus the target's frozen embedding and head
 (`vocab_head`). Subclasses name the net's module class and how their static config follows from the target."""
 
+import dataclasses
 import functools
 
 from flax import nnx
 
-from specjax.drafters.base import Drafter
+from specjax.drafters.base import Drafter, with_pure_dict
 from specjax.drafters.vocab_head import frozen_head
 from specjax.model import Model
 
@@ -60,3 +61,20 @@ class TrainedHead(Drafter):
 
   def module(self, net: nnx.State):
     return nnx.merge(_graphdef(self.net_class, self.config), net)
+
+  def saved(self):
+    """The static config and the net with the draft vocabulary; the embedding and head come from the target."""
+    return ({"config": dataclasses.asdict(self.config)},
+            {"net": self.net.to_pure_dict(), "vocab_ids": self.frozen["vocab_ids"]})
+
+  @classmethod
+  def from_saved(cls, target: Model, description: dict, restore):
+    config = cls.config_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in description["config"].items()})
+    if (config.d_model, config.vocab_size) != (target.config.d_model, target.config.vocab_size):
+      raise ValueError(f"this {cls.__name__} was trained for d_model={config.d_model}, vocab={config.vocab_size}; "
+                       f"the target has d_model={target.config.d_model}, vocab={target.config.vocab_size}")
+    full = config.draft_vocab_size == config.vocab_size
+    fresh = cls.create(target, config, vocab_ids=None if full else list(range(config.draft_vocab_size)))
+    saved = restore({"net": fresh.net.to_pure_dict(), "vocab_ids": fresh.frozen["vocab_ids"]})
+    head = cls.create(target, config, vocab_ids=None if full else saved["vocab_ids"])
+    return head.with_net(with_pure_dict(fresh.net, saved["net"]))

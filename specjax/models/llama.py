@@ -8,6 +8,7 @@ from specjax.attention import cached_attention
 from specjax.cache import KVCache, attention_block
 from specjax.config import ModelConfig
 from specjax.kernels import dense
+from specjax.models.family import ModelFamily, ShardRule
 from specjax.models.rope import apply_rope, rope_tables
 
 
@@ -74,12 +75,15 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
+  """Pre-norm decoder layer; a variant with another norm sets `norm_class` (norm_class(dim, eps, dtype))."""
+
+  norm_class = RMSNorm
 
   def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
     dt = jnp.dtype(config.dtype)
-    self.attn_norm = RMSNorm(config.d_model, config.norm_eps, dt)
+    self.attn_norm = self.norm_class(config.d_model, config.norm_eps, dt)
     self.attn = Attention(config, rngs)
-    self.mlp_norm = RMSNorm(config.d_model, config.norm_eps, dt)
+    self.mlp_norm = self.norm_class(config.d_model, config.norm_eps, dt)
     self.mlp = MLP(config, rngs)
 
   def __call__(self, x, cos, sin, positions_BxT, cache, layer):
@@ -92,15 +96,17 @@ class Llama(nnx.Module):
   """`model(tokens_BxT, positions_BxT, cache) -> (logits_BxTxV, hidden_BxTxD, cache)`.
 
   Each row's T tokens are written to the cache at that row's own positions and attend causally to
-  every cache entry at or below their position.
+  every cache entry at or below their position. A variant sets `block_class` and `norm_class`.
   """
+
+  block_class, norm_class = Block, RMSNorm
 
   def __init__(self, config: ModelConfig, rngs: nnx.Rngs):
     dt = jnp.dtype(config.dtype)
     self.config = config
     self.embed = nnx.Param(jax.random.normal(rngs.params(), (config.vocab_size, config.d_model), dt) * 0.02)
-    self.layers = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
-    self.final_norm = RMSNorm(config.d_model, config.norm_eps, dt)
+    self.layers = nnx.List([self.block_class(config, rngs) for _ in range(config.n_layers)])
+    self.final_norm = self.norm_class(config.d_model, config.norm_eps, dt)
     if not config.tie_embeddings:
       self.head = _linear(config.d_model, config.vocab_size, False, dt, rngs)
 
@@ -127,3 +133,53 @@ class Llama(nnx.Module):
   def __call__(self, tokens_BxT, positions_BxT, cache: KVCache):
     hidden, cache, _ = self.hidden_states(tokens_BxT, positions_BxT, cache)
     return self.logits(hidden), hidden, cache
+
+
+def chain_block(block: Block, x_BxTxD, cos, sin, keys: list, values: list) -> jax.Array:
+  """A Llama block without a cache, for training. With empty `keys`: causal self-attention over the T positions
+  (their keys and values are appended). Otherwise position t is chain t's next step: it attends to the first
+  call's entries at positions <= t and to chain t's own entries of every later call, then appends its own."""
+  attn = block.attn
+  batch, t_len, _ = x_BxTxD.shape
+  groups = attn.n_heads // attn.n_kv_heads
+  h = block.attn_norm(x_BxTxD)
+  q = apply_rope(attn.q(h).reshape(batch, t_len, attn.n_kv_heads, groups, attn.head_dim),
+                 cos[:, :, None], sin[:, :, None]) * attn.head_dim**-0.5
+  keys.append(apply_rope(attn.k(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim), cos, sin))
+  values.append(attn.v(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim))
+  position_T = jnp.arange(t_len)
+  context = jnp.einsum("btkgd,bskd->bkgts", q.astype(jnp.float32), keys[0].astype(jnp.float32))
+  context = jnp.where((position_T[None, :] <= position_T[:, None])[None, None, None], context, -jnp.inf)
+  own = [jnp.einsum("btkgd,btkd->bkgt", q, k).astype(jnp.float32)[..., None] for k in keys[1:]]
+  weights = jax.nn.softmax(jnp.concatenate([context] + own, axis=-1), axis=-1)
+  mixed = jnp.einsum("bkgts,bskd->btkgd", weights[..., :t_len], values[0].astype(jnp.float32))
+  for i, v in enumerate(values[1:]):
+    mixed = mixed + jnp.einsum("bkgt,btkd->btkgd", weights[..., t_len + i], v.astype(jnp.float32))
+  x = x_BxTxD + attn.o(mixed.reshape(batch, t_len, -1).astype(x_BxTxD.dtype))
+  return x + block.mlp(block.mlp_norm(x))
+
+
+def param_count(config: ModelConfig) -> int:
+  d, f, hd = config.d_model, config.ffn_dim, config.head_dim_
+  attn = d * hd * (config.n_heads * 2 + config.n_kv_heads * 2)
+  if config.qkv_bias:
+    attn += hd * (config.n_heads + 2 * config.n_kv_heads)
+  per_layer = attn + 3 * d * f + 2 * d
+  head = 0 if config.tie_embeddings else config.vocab_size * d
+  return config.n_layers * per_layer + config.vocab_size * d + head + d
+
+
+# Megatron-style tensor parallelism: q/k/v and gate/up split by output columns, o and down by input rows (one
+# all-reduce each), embedding and head by vocabulary; heads stay whole.
+SHARDING = (
+    ShardRule(r"embed$", 0, "vocab_size"),
+    ShardRule(r"head\.kernel$", -1, "vocab_size"),
+    ShardRule(r"attn\.q\.(kernel|bias)$", -1, "n_heads"),
+    ShardRule(r"attn\.[kv]\.(kernel|bias)$", -1, "n_kv_heads"),
+    ShardRule(r"attn\.o\.kernel$", 0, "n_heads"),
+    ShardRule(r"mlp\.(gate|up)\.kernel$", -1, "ffn_dim"),
+    ShardRule(r"mlp\.down\.kernel$", 0, "ffn_dim"),
+)
+
+LLAMA = ModelFamily(name="llama", module=Llama, block=Block, norm=RMSNorm, rope_tables=rope_tables,
+                    chain_block=chain_block, sharding=SHARDING, param_count=param_count)

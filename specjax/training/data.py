@@ -3,20 +3,17 @@ distribution at every position, through its head) and residual streams of chosen
 cached on disk; and the deterministic batch order (a function of the step, so a resumed run sees the same data)."""
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
-from flax import nnx
 
-from specjax.cache import init_cache
-from specjax.engine import target_features
+from specjax.engine import features_program
 from specjax.model import Model
+from specjax.spec import TargetSpec
 from specjax.training.corpus import CorpusConfig, corpus_tokens
 from specjax.training.prompt_pool import training_prompts
 
@@ -50,14 +47,11 @@ class Corpus:
             "hidden": jnp.asarray(self.hidden[rows]), "layers": jnp.asarray(self.layers[rows][:, :, index])}
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "layer_ids"))
-def _target_forward(graphdef, params, tokens_BxT, layer_ids):
-  target = nnx.merge(graphdef, params)
-  batch, t_len = tokens_BxT.shape
-  positions = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32), (batch, t_len))
-  hidden, _, features = target_features(target, tokens_BxT, positions, init_cache(target.config, batch, t_len),
-                                        layer_ids)
-  return hidden.astype(jnp.float16), features.layers_BxTxLxD.astype(jnp.float16)
+def _target_forward(target: Model, tokens_BxT, layer_ids):
+  """Final hidden states and the layers' residual streams of these sequences, float16 (the corpus's storage)."""
+  features = features_program(target.params, tokens_BxT, spec=TargetSpec(graphdef=target.graphdef),
+                              layer_ids=tuple(layer_ids))
+  return features.hidden_BxTxD.astype(jnp.float16), features.layers_BxTxLxD.astype(jnp.float16)
 
 
 def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_size: int = 8):
@@ -67,8 +61,7 @@ def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_s
   tokens = np.concatenate([tokens_NxT, np.zeros((pad, tokens_NxT.shape[1]), np.int32)])
   hidden, layers = [], []
   for start in tqdm.trange(0, len(tokens), batch_size, desc="target features", leave=False):
-    h, l = _target_forward(target.graphdef, target.params, jnp.asarray(tokens[start:start + batch_size]),
-                           tuple(layer_ids))
+    h, l = _target_forward(target, jnp.asarray(tokens[start:start + batch_size]), layer_ids)
     hidden.append(np.asarray(h))
     layers.append(np.asarray(l))
   return np.concatenate(hidden)[:n], np.concatenate(layers)[:n]

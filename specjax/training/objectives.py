@@ -13,11 +13,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.drafters.draft_model import DraftModel
-from specjax.drafters.feature_head import FeatureHead, chain_block
+from specjax.drafters.feature_head import FeatureHead
 from specjax.drafters.layer_skip import LayerSkip
 from specjax.drafters.medusa import MedusaHeads
 from specjax.drafters.vocab_head import embed_tokens, head_logits
-from specjax.models.rope import rope_tables
+from specjax.models import get_family
 from specjax.training.losses import (feature_regression, kl_divergence, masked_mean, shift_left,
                                      top1_agreement)
 
@@ -116,21 +116,22 @@ def layer_skip_objective(skip: LayerSkip, loss_vocab_ids) -> Objective:
 
 
 def output_rows(module, ids_Vl: jax.Array) -> jax.Array:
-  """Rows `ids` of a Llama's output head, [V_loss, D] (what `module.logits` multiplies by, restricted)."""
+  """Rows `ids` of a decoder's output head, [V_loss, D] (what `module.logits` multiplies by, restricted)."""
   if module.config.tie_embeddings:
     return jnp.take(module.embed[...], ids_Vl, axis=0)
   return jnp.take(module.head.kernel[...], ids_Vl, axis=1).T
 
 
 def dense_hidden(module, tokens_BxT: jax.Array) -> jax.Array:
-  """A Llama's final-normed hidden states over whole sequences without a cache (differentiable; the decode
-  path's cache attention has a data-dependent loop)."""
+  """A decoder's final-normed hidden states over whole sequences without a cache, through its family's
+  `chain_block` (differentiable; the decode path's cache attention has a data-dependent loop)."""
   batch, t_len = tokens_BxT.shape
+  family = get_family(module.config.family)
   positions = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32), (batch, t_len))
-  cos, sin = rope_tables(module.config, positions)
+  cos, sin = family.rope_tables(module.config, positions)
   x = jnp.take(module.embed[...], tokens_BxT, axis=0)
   for block in module.layers:
-    x = chain_block(block, x, cos, sin, [], [])
+    x = family.chain_block(block, x, cos, sin, [], [])
   return module.final_norm(x)
 
 

@@ -9,12 +9,13 @@ import time
 
 from specjax.cli import model_from_source
 from specjax.compilation_cache import enable_compilation_cache
+from specjax.drafters import registry
 from specjax.memory import GiB, peak_resident_bytes
 from specjax.model import Model
 from specjax.training.acceptance import greedy_continuations, heldout_prompts, teacher_forced, tokens_per_round
 from specjax.training.corpus import CorpusConfig
 from specjax.training.data import Corpus, build_corpus
-from specjax.training.recipes import KINDS, layers_needed, make_objective
+from specjax.training.recipes import layers_needed, make_objective
 from specjax.training.export import save_drafter
 from specjax.training.trainer import TrainConfig, train
 
@@ -81,9 +82,9 @@ def run(config) -> dict:
     enable_compilation_cache(os.path.expanduser(config.compilation_cache_dir))
   began = time.perf_counter()
   kinds = tuple(config.drafters)
-  unknown = [kind for kind in kinds if kind not in KINDS]
+  unknown = [kind for kind in kinds if kind not in registry.trainable()]
   if unknown or not kinds:
-    raise ValueError(f"config.drafters must name trainable kinds {list(KINDS)}, got {list(kinds)}")
+    raise ValueError(f"config.drafters must name trainable kinds {list(registry.trainable())}, got {list(kinds)}")
   target = model_from_source(config.model, config.dtype)
   layer_ids = sorted({i for kind in kinds for i in layers_needed(kind, target, config[kind])})
   corpus_config = CorpusConfig(**_fields(CorpusConfig, config.corpus.to_dict()))

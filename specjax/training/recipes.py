@@ -1,8 +1,13 @@
 """Config section -> initial drafter and objective for each trainable kind (the draft vocabulary picked from the
-corpus), and the target layers each kind's batches carry."""
+corpus), and the target layers each kind's batches carry: one `Recipe` per kind, named by its registry entry
+(`specjax.drafters.registry`), which is also the list of trainable kinds."""
+
+import dataclasses
+from typing import Callable
 
 import numpy as np
 
+from specjax.drafters import registry
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.feature_head import FeatureHead, FeatureHeadConfig
 from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
@@ -14,7 +19,15 @@ from specjax.training import objectives
 from specjax.training.corpus import text_token_counts
 from specjax.training.data import Corpus
 
-KINDS = ("feature_head", "medusa", "layer_skip", "draft_model")
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  """`objective(target, settings, corpus, seed)`: the initial drafter and its objective (settings: the kind's config
+  section); `layers(target, settings)`: the target layers whose residual streams its batches carry (known before
+  the corpus exists)."""
+
+  objective: Callable[..., objectives.Objective]
+  layers: Callable[[Model, object], tuple] = lambda target, settings: ()
 
 
 def _draft_vocab(corpus: Corpus, target: Model, size: int):
@@ -39,36 +52,49 @@ def _frequent(corpus: Corpus, target: Model, size: int) -> np.ndarray:
                               tie_break_V=text_token_counts(target))
 
 
+def _feature_head_config(target: Model, settings, draft_vocab_size: int = 0) -> FeatureHeadConfig:
+  return FeatureHeadConfig.for_target(target.config, tuple(settings.feature_layers), settings.ffn_dim, draft_vocab_size)
+
+
+def _feature_head(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
+  vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+  config = _feature_head_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
+  return objectives.feature_head_objective(FeatureHead.create(target, config, seed, vocab), settings.ttt_steps,
+                                           settings.step_decay, settings.feature_weight)
+
+
+def _medusa(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
+  vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+  config = MedusaConfig.for_target(target.config, settings.n_heads, settings.draft_vocab_size if vocab is not None else 0)
+  return objectives.medusa_objective(MedusaHeads.create(target, config, seed, vocab), settings.step_decay)
+
+
+def _layer_skip(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
+  skip = LayerSkip.create(target, settings.n_layers, settings.adapter_rank, seed=seed)
+  return objectives.layer_skip_objective(skip, _loss_vocab(corpus, target, settings.loss_vocab_size))
+
+
+def _draft_model(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
+  if not settings.init.startswith("truncate:"):
+    raise ValueError(f"draft_model.init must be truncate:N (the target's first N layers), got {settings.init!r}")
+  draft = DraftModel(truncated_model(target, int(settings.init.split(":", 1)[1])))
+  return objectives.draft_model_objective(draft, output_matrix(target),
+                                          _loss_vocab(corpus, target, settings.loss_vocab_size),
+                                          settings.train_embeddings)
+
+
+FEATURE_HEAD = Recipe(_feature_head, lambda target, settings: _feature_head_config(target, settings).feature_layers)
+MEDUSA = Recipe(_medusa)
+LAYER_SKIP = Recipe(_layer_skip,
+                    lambda target, settings: ((settings.n_layers or default_exit_layers(target.config.n_layers)) - 1,))
+DRAFT_MODEL = Recipe(_draft_model)
+
+
 def layers_needed(kind: str, target: Model, settings) -> tuple:
   """Target layers whose residual streams a kind's batches carry (known before the corpus exists)."""
-  if kind == "feature_head":
-    return FeatureHeadConfig.for_target(target.config, tuple(settings.feature_layers)).feature_layers
-  if kind == "layer_skip":
-    return ((settings.n_layers or default_exit_layers(target.config.n_layers)) - 1,)
-  return ()
+  return registry.get(kind).training_recipe().layers(target, settings)
 
 
 def make_objective(kind: str, target: Model, settings, corpus: Corpus, seed: int = 0) -> objectives.Objective:
   """The initial drafter of `kind` (settings: that kind's config section) and its objective."""
-  if kind == "feature_head":
-    vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
-    config = FeatureHeadConfig.for_target(target.config, tuple(settings.feature_layers), settings.ffn_dim,
-                                          settings.draft_vocab_size if vocab is not None else 0)
-    return objectives.feature_head_objective(FeatureHead.create(target, config, seed, vocab), settings.ttt_steps,
-                                             settings.step_decay, settings.feature_weight)
-  if kind == "medusa":
-    vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
-    config = MedusaConfig.for_target(target.config, settings.n_heads,
-                                     settings.draft_vocab_size if vocab is not None else 0)
-    return objectives.medusa_objective(MedusaHeads.create(target, config, seed, vocab), settings.step_decay)
-  if kind == "layer_skip":
-    skip = LayerSkip.create(target, settings.n_layers, settings.adapter_rank, seed=seed)
-    return objectives.layer_skip_objective(skip, _loss_vocab(corpus, target, settings.loss_vocab_size))
-  if kind == "draft_model":
-    if not settings.init.startswith("truncate:"):
-      raise ValueError(f"draft_model.init must be truncate:N (the target's first N layers), got {settings.init!r}")
-    draft = DraftModel(truncated_model(target, int(settings.init.split(":", 1)[1])))
-    return objectives.draft_model_objective(draft, output_matrix(target),
-                                            _loss_vocab(corpus, target, settings.loss_vocab_size),
-                                            settings.train_embeddings)
-  raise ValueError(f"unknown drafter kind {kind!r}; trainable kinds: {KINDS}")
+  return registry.get(kind).training_recipe().objective(target, settings, corpus, seed)

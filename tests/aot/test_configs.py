@@ -2,16 +2,12 @@
 settings that the AOT script accepts."""
 
 import importlib
-import os
-import sys
 
 import pytest
 
 from specjax.aot.settings import settings_from_config
 from specjax.config import ModelConfig
 from specjax.sharding import check_divides, parse_mesh_shape
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _config(name):

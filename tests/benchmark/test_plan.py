@@ -3,7 +3,7 @@
 import pytest
 
 from configs import bench_cpu, bench_smoke
-from specjax.benchmark.runner import Cell, plan, validate_config
+from specjax.benchmark.plan import SETTINGS, Cell, plan, validate_config
 
 
 def _cpu():
@@ -75,3 +75,18 @@ def test_no_fixed_k_needs_the_adaptive_cells():
   c.ks, c.auto_ks = (), ()
   with pytest.raises(ValueError, match="config.ks"):
     validate_config(c)
+
+
+def test_the_base_config_sets_every_setting_and_a_missing_one_is_named():
+  c = bench_cpu.get_config()
+  assert set(c.keys()) == set(SETTINGS)
+  del c["ks"]
+  with pytest.raises(ValueError, match=r"missing \['ks'\]"):
+    validate_config(c)
+
+
+def test_every_registered_drafter_is_a_method():
+  from specjax.drafters import registry
+  c = _cpu()
+  c.methods = registry.names()
+  assert validate_config(c)["methods"] == ("ar",) + registry.names()

@@ -1,15 +1,10 @@
 """The core's exactness test (tests/test_rejection.py) applied to each drafter: the joint distribution of the
 first generated tokens under speculative decoding is chi-square tested against the target's exact one."""
 
-import os
-import sys
-
 import pytest
 
 import specjax
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import test_rejection as rejection  # noqa: E402
+import test_rejection as rejection  # tests/ is on pytest's pythonpath (tests/pytest.ini)
 
 
 @pytest.fixture(scope="session")

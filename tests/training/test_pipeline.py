@@ -3,14 +3,12 @@ exported drafter loads through the CLI, and a rerun resumes (nothing retrained, 
 
 import json
 import os
-import sys
 
 import ml_collections
 
 from specjax.cli import drafter_from_config, model_from_source
 from specjax.training.pipeline import run
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from configs import train_draft_smoke  # noqa: E402
 
 

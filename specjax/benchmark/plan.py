@@ -1,0 +1,153 @@
+"""What a benchmark config asks for, checked before any model work (`validate_config`), and the cells it runs
+(`plan`). The methods are "ar" (the autoregressive baseline) and the drafters of `specjax.drafters.registry`.
+
+Every setting comes from the config file: `configs/bench_cpu.py` holds every key with its meaning and default,
+and the other `configs/bench_*.py` start from it. `validate_config` invents no defaults: a missing key is an error.
+"""
+
+import dataclasses
+import itertools
+import os
+
+import numpy as np
+
+from specjax.benchmark import tasks
+from specjax.drafters import registry
+from specjax.policy import SpeculationPolicy
+from specjax.sampling import SamplingParams
+
+AR = "ar"
+AUTO = "auto"
+PEERS = ("", "hf")
+SWEEPS = ("grid", "axes", "smoke")
+MAX_K = 64
+# Every key of configs/bench_cpu.py (tests/benchmark/test_plan.py keeps the two the same).
+SETTINGS = ("model", "dtype", "random_model", "methods", "drafter_dirs", "categories", "ks", "auto_ks", "batch_sizes",
+            "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods", "paired_verify_calls",
+            "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket", "repeats",
+            "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat", "stop_at_eos",
+            "execute_code", "peers", "seed", "output_dir", "compilation_cache_dir")
+
+
+def methods() -> tuple[str, ...]:
+  """Every method a config may name: the baseline, then the registered drafters."""
+  return (AR,) + registry.names()
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  method: str
+  k: int | str          # drafts per round, or "auto" (the adaptive SpeculationPolicy over config.auto_ks)
+  batch_size: int
+  temperature: float
+
+  @property
+  def auto(self) -> bool:
+    return self.k == AUTO
+
+  @property
+  def sampling(self) -> SamplingParams:
+    return SamplingParams(temperature=self.temperature)
+
+
+def _ints(name, values, low):
+  values = tuple(values)
+  if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low for v in values):
+    raise ValueError(f"config.{name} must be a non-empty list of ints >= {low}, got {list(values)}")
+  return tuple(int(v) for v in values)
+
+
+def _methods(c: dict) -> tuple[str, ...]:
+  known = methods()
+  unknown = [m for m in c["methods"] if m not in known]
+  if unknown:
+    raise ValueError(f"unknown method(s) {unknown}; known: {list(known)}")
+  dirs = dict(c["drafter_dirs"] or {})
+  unknown = [m for m in dirs if m not in known]
+  if unknown:
+    raise ValueError(f"config.drafter_dirs names unknown method(s) {unknown}; known: {list(known)}")
+  chosen = (AR,) + tuple(m for m in dict.fromkeys(c["methods"]) if m != AR)  # the baseline always runs
+  for method in chosen[1:]:
+    if registry.get(method).needs_trained_dir and not dirs.get(method):
+      raise ValueError(f"method {method!r} needs config.drafter_dirs.{method}: a directory written by "
+                       f"scripts/train_draft.py (or 'untrained' to time a freshly initialised head)")
+    if dirs.get(method) not in ("", None, registry.UNTRAINED) and not os.path.isdir(os.path.expanduser(dirs[method])):
+      raise ValueError(f"config.drafter_dirs.{method}={dirs[method]!r} is not a directory: train it with "
+                       f"python scripts/train_draft.py --config=configs/train_{method}.py, or drop {method!r} "
+                       f"from config.methods")
+  return chosen
+
+
+def validate_config(config) -> dict:
+  """Checks every setting before any model work; returns a plain dict of normalized settings."""
+  c = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+  missing = [key for key in SETTINGS if key not in c]
+  if missing:
+    raise ValueError(f"config is missing {missing}: start from configs/bench_cpu.py, which sets every key")
+  c["methods"] = _methods(c)
+  categories = tuple(c["categories"])
+  unknown = [x for x in categories if x not in tasks.CATEGORIES]
+  if unknown or not categories:
+    raise ValueError(f"unknown or no categories {unknown or list(categories)}; known: {list(tasks.CATEGORIES)}")
+  c["categories"] = tuple(dict.fromkeys(categories))
+  c["auto_ks"] = _ints("auto_ks", c["auto_ks"], 1) if c["auto_ks"] else ()
+  if c["auto_ks"]:
+    SpeculationPolicy(ks=c["auto_ks"])  # names a bad list
+  # No fixed K at all is allowed when the adaptive cells run: the policy against autoregressive decoding alone.
+  c["ks"] = _ints("ks", c["ks"], 1) if c["ks"] or not c["auto_ks"] else ()
+  if max(c["ks"] + c["auto_ks"]) > MAX_K:
+    raise ValueError(f"config.ks must be <= {MAX_K}, got {list(c['ks'])}")
+  c["batch_sizes"] = _ints("batch_sizes", c["batch_sizes"], 1)
+  c["phase_split_batch_sizes"] = tuple(int(b) for b in c["phase_split_batch_sizes"])
+  missing = [b for b in c["phase_split_batch_sizes"] if b not in c["batch_sizes"]]
+  if missing:
+    raise ValueError(f"phase_split_batch_sizes {missing} are not in batch_sizes {list(c['batch_sizes'])}")
+  c["phase_split_methods"] = tuple(c["phase_split_methods"]) or c["methods"]  # () = every method
+  missing = [m for m in c["phase_split_methods"] if m not in c["methods"]]
+  if missing:
+    raise ValueError(f"phase_split_methods {missing} are not in methods {list(c['methods'])}")
+  temps = tuple(float(t) for t in c["temperatures"])
+  if not temps or any(not np.isfinite(t) or t < 0 for t in temps):
+    raise ValueError(f"config.temperatures must be finite numbers >= 0, got {list(temps)}")
+  c["temperatures"] = temps
+  for name, low in (("max_new_tokens", 1), ("prompts_per_category", 1), ("repeats", 1), ("draft_layers", 1),
+                    ("layer_skip_layers", 0), ("prompt_bucket", 0), ("prompt_lookup_max_ngram", 1),
+                    ("max_prompt_tokens", 0), ("paired_verify_calls", 0), ("seed", 0)):
+    value = c[name]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+      raise ValueError(f"config.{name} must be an int >= {low}, got {value!r}")
+  for category in c["categories"]:
+    tasks.select(category, c["prompts_per_category"])  # raises if a category has fewer prompts
+  if c["sweep"] not in SWEEPS:
+    raise ValueError(f"config.sweep must be one of {SWEEPS}, got {c['sweep']!r}")
+  if c["peers"] not in PEERS:
+    raise ValueError(f"config.peers must be one of {PEERS}, got {c['peers']!r}")
+  if c["peers"] and c["model"] == "random":
+    raise ValueError("config.peers='hf' needs a model file (a GGUF or 'smollm2-135m'), not model='random'")
+  if not c["output_dir"]:
+    raise ValueError("config.output_dir must be set")
+  return c
+
+
+def plan(c: dict, max_k: dict | None = None) -> list[Cell]:
+  """Cells to run: AR at every batch size, plus each drafter method over K x batch size ('grid'), over K at the
+  first batch size and over batch sizes at the first K ('axes'), or at the first K and batch size only, the first
+  drafter method also at the last K and last batch size together ('smoke': every code path, fewest compilations);
+  the adaptive K ("auto") at every batch size ('grid') or at the first. K above a method's max_k (e.g. Medusa's
+  head count) is skipped."""
+  sweep, first_b = c["sweep"], c["batch_sizes"][0]
+  first_k, last = (c["ks"][0], (c["ks"][-1], c["batch_sizes"][-1])) if c["ks"] else (None, None)
+  cells = []
+  for temp, batch in itertools.product(c["temperatures"], c["batch_sizes"]):
+    cells.append(Cell(AR, 0, batch, temp))
+    for i, method in enumerate(c["methods"][1:]):
+      for k in c["ks"]:
+        if k > (max_k or {}).get(method, MAX_K):
+          continue
+        if (sweep == "grid" or (batch == first_b and k == first_k)
+            or (sweep == "axes" and (batch == first_b or k == first_k))
+            or (sweep == "smoke" and i == 0 and (k, batch) == last)):
+          cells.append(Cell(method, k, batch, temp))
+      if c["auto_ks"] and (sweep == "grid" or batch == first_b):
+        cells.append(Cell(method, AUTO, batch, temp))
+  return cells

@@ -1,0 +1,171 @@
+"""The phases of one round, each once: the target call, prefill, drafter init, draft, verify, accept/commit.
+
+Every caller composes these: the fused decode loop (`engine.programs`), the phase-split benchmark, the paired
+verification cost, the AOT programs and the sharded verification call. Only this package imports the rejection
+sampler and routes kernels.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from specjax.cache import init_cache
+from specjax.drafters.base import TargetFeatures
+from specjax.engine.state import DecodeState, budget_spent, is_eos, round_keys
+from specjax.rejection import accept
+from specjax.sampling import distribution, sample
+
+
+def target_features(target, tokens_BxT, positions_BxT, cache, feature_layers):
+  """Final hidden states, updated cache and (when feature_layers is not None) the TargetFeatures of these
+  positions: what the target computes for T positions per row at their own offsets."""
+  hidden, cache, collected = target.hidden_states(tokens_BxT, positions_BxT, cache,
+                                                  collect_layers=tuple(feature_layers or ()))
+  features = None
+  if feature_layers is not None:
+    layers = (jnp.stack(collected, axis=2) if collected
+              else jnp.zeros(hidden.shape[:2] + (0, hidden.shape[2]), hidden.dtype))
+    features = TargetFeatures(hidden_BxTxD=hidden, layers_BxTxLxD=layers)
+  return hidden, cache, features
+
+
+def score(target, tokens_BxT, positions_BxT, cache, feature_layers=None):
+  """THE target call of a round: float32 logits of T positions per row, the cache with them written, and their
+  TargetFeatures when feature_layers is not None. Verification runs it over [last token, d_1..d_K]; an
+  autoregressive step is the same call over one position."""
+  hidden, cache, features = target_features(target, tokens_BxT, positions_BxT, cache, feature_layers)
+  return target.logits(hidden), cache, features
+
+
+def sample_tokens(keys_B, logits_BxV, sampling):
+  """(token_B, probs_BxV): one token per row from the sampling distribution of its logits (the rule target and
+  draft share), and that distribution."""
+  probs_BxV = distribution(logits_BxV, sampling)
+  return jax.vmap(sample)(keys_B, probs_BxV), probs_BxV
+
+
+def accept_drafts(logits_BxK1xV, q_BxKxV, draft_BxK, keys_B, sampling):
+  """(n_accepted_B, next_token_B): modified rejection sampling of the drafts against the target's logits (exact
+  greedy verification at temperature 0)."""
+  p_BxK1xV = distribution(logits_BxK1xV, sampling)
+  return accept(p_BxK1xV, q_BxKxV, draft_BxK, keys_B, greedy=sampling.greedy)
+
+
+def prefill(target, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *, spec, max_rounds: int) -> DecodeState:
+  """Runs the prompt bucket through the target and samples each row's first new token (no drafter state yet).
+  spec: a PrefillSpec."""
+  batch, size = tokens_BxS.shape
+  rows_B = jnp.arange(batch)
+  cache = init_cache(target.config, batch, size)
+  if spec.mesh is not None:
+    from specjax.sharding import cache_sharding
+    cache = jax.lax.with_sharding_constraint(cache, cache_sharding(spec.mesh, target.config, batch))
+  bucket = spec.prompt_bucket
+  positions = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
+  hidden, cache, features = target_features(target, tokens_BxS[:, :bucket], positions, cache, spec.feature_layers)
+  logits_BxV = target.logits(hidden[rows_B, prompt_len_B - 1])
+  keys_B = jax.vmap(lambda key: jax.random.fold_in(key, 0))(row_keys_B)
+  first_B, _ = sample_tokens(keys_B, logits_BxV, spec.sampling)
+  n_new_B = jnp.ones((batch,), jnp.int32)
+  return DecodeState(
+      tokens_BxS=tokens_BxS.at[rows_B, prompt_len_B].set(first_B),
+      seq_len_B=prompt_len_B + 1,
+      n_new_B=n_new_B,
+      done_B=budget_spent(n_new_B, max_new_B) | is_eos(first_B, spec.eos_ids),
+      cache=cache.with_lengths(prompt_len_B),
+      draft_state=(),
+      row_keys_B=row_keys_B,
+      round=jnp.int32(0),
+      accepted_RxB=jnp.full((max_rounds, batch), -1, jnp.int32),
+      emitted_RxB=jnp.zeros((max_rounds, batch), jnp.int32),
+      k_R=jnp.zeros((max_rounds,), jnp.int32),
+      prompt_features=features if features is not None else (),
+  )
+
+
+def init_drafter(drafter, drafter_params, state: DecodeState, prompt_len_B, prompt_bucket: int) -> DecodeState:
+  """The drafter's own prefill (e.g. its KV cache), from the prompt and the target's prompt features."""
+  if drafter is None:
+    return state
+  features = state.prompt_features if drafter.feature_layers is not None else None
+  return state.replace(draft_state=drafter.init(drafter_params, state.tokens_BxS, prompt_len_B, prompt_bucket,
+                                                features=features), prompt_features=())
+
+
+def draft(drafter, drafter_params, state: DecodeState, *, k: int, sampling, vocab_size: int):
+  """K proposals per row and their q (one-hot for deterministic drafters); empty when k == 0."""
+  batch = state.tokens_BxS.shape[0]
+  if k == 0:
+    draft_state = (drafter.observe(drafter_params, state.draft_state, state.tokens_BxS, state.seq_len_B)
+                   if drafter is not None else state.draft_state)
+    return jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0, vocab_size), jnp.float32), draft_state
+  draft_keys, _ = round_keys(state)
+  draft_BxK, q_BxKxV, draft_state = drafter.propose(drafter_params, state.draft_state, state.tokens_BxS,
+                                                    state.seq_len_B, k, sampling, draft_keys)
+  if q_BxKxV is None:
+    q_BxKxV = jax.nn.one_hot(draft_BxK, vocab_size, dtype=jnp.float32)
+  return draft_BxK.astype(jnp.int32), q_BxKxV, draft_state
+
+
+def verify_inputs(state: DecodeState, draft_BxK):
+  """Tokens [last token, d_1..d_K] and their positions at each row's own offset."""
+  batch, k = draft_BxK.shape
+  last_B = state.tokens_BxS[jnp.arange(batch), state.seq_len_B - 1]
+  inputs_BxK1 = jnp.concatenate([last_B[:, None], draft_BxK], axis=1)
+  positions_BxK1 = state.seq_len_B[:, None] - 1 + jnp.arange(k + 1, dtype=jnp.int32)[None, :]
+  return inputs_BxK1, positions_BxK1
+
+
+def verify(target, state: DecodeState, draft_BxK: jax.Array, feature_layers=None):
+  """ONE target call over the K+1 positions: logits, the cache with them written, and their TargetFeatures."""
+  return score(target, *verify_inputs(state, draft_BxK), state.cache, feature_layers)
+
+
+def accept_and_commit(drafter, drafter_params, state: DecodeState, logits_BxK1xV, q_BxKxV, draft_BxK, cache,
+                      draft_state, max_new_B, *, sampling, eos_ids: tuple, features=None) -> DecodeState:
+  """Rejection sampling, then per-row commit: tokens, lengths (the cache rollback), stops and the round log."""
+  batch, k = draft_BxK.shape
+  rows_B = jnp.arange(batch)
+  _, accept_keys = round_keys(state)
+  n_accepted_B, next_B = accept_drafts(logits_BxK1xV, q_BxKxV, draft_BxK, accept_keys, sampling)
+
+  index_1xK1 = jnp.arange(k + 1, dtype=jnp.int32)[None, :]
+  padded_BxK1 = jnp.concatenate([draft_BxK, jnp.zeros((batch, 1), jnp.int32)], axis=1)
+  emitted_BxK1 = jnp.where(index_1xK1 < n_accepted_B[:, None], padded_BxK1, next_B[:, None])
+  count_B = jnp.minimum(n_accepted_B + 1, max_new_B - state.n_new_B)
+  eos_BxK1 = is_eos(emitted_BxK1, eos_ids) & (index_1xK1 < count_B[:, None])
+  hit_eos_B = eos_BxK1.any(axis=1)
+  count_B = jnp.where(hit_eos_B, jnp.argmax(eos_BxK1, axis=1) + 1, count_B)
+  count_B = jnp.where(state.done_B, 0, count_B)
+
+  size = state.tokens_BxS.shape[1]
+  write_at = jnp.where(index_1xK1 < count_B[:, None], state.seq_len_B[:, None] + index_1xK1, size)
+  tokens_BxS = state.tokens_BxS.at[rows_B[:, None], write_at].set(emitted_BxK1, mode="drop")
+  seq_len_B = state.seq_len_B + count_B
+  n_new_B = state.n_new_B + count_B
+  done_B = state.done_B | budget_spent(n_new_B, max_new_B) | hit_eos_B
+  if drafter is not None:
+    draft_state = drafter.commit(drafter_params, draft_state, n_accepted_B, seq_len_B, features=features)
+  active_B = ~state.done_B
+  return state.replace(
+      tokens_BxS=tokens_BxS,
+      seq_len_B=seq_len_B,
+      n_new_B=n_new_B,
+      done_B=done_B,
+      cache=cache.with_lengths(seq_len_B - 1),
+      draft_state=draft_state,
+      round=state.round + 1,
+      accepted_RxB=state.accepted_RxB.at[state.round].set(jnp.where(active_B, n_accepted_B, -1)),
+      emitted_RxB=state.emitted_RxB.at[state.round].set(count_B),
+      k_R=state.k_R.at[state.round].set(k),
+  )
+
+
+def speculative_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *, k: int, sampling,
+                      eos_ids: tuple) -> DecodeState:
+  """Draft K, verify K+1 positions, accept and commit: one round (K = 0 is an autoregressive step)."""
+  draft_BxK, q_BxKxV, draft_state = draft(drafter, drafter_params, state, k=k, sampling=sampling,
+                                          vocab_size=target.config.vocab_size)
+  feature_layers = None if drafter is None else drafter.feature_layers
+  logits_BxK1xV, cache, features = verify(target, state, draft_BxK, feature_layers)
+  return accept_and_commit(drafter, drafter_params, state, logits_BxK1xV, q_BxKxV, draft_BxK, cache, draft_state,
+                           max_new_B, sampling=sampling, eos_ids=eos_ids, features=features)

@@ -1,0 +1,104 @@
+"""The static half of a generation: one frozen, hashable spec per compiled program (the jit cache key).
+
+`DecodeSpec` is the one static argument of the decode program; its `prefill` view (`PrefillSpec`) is the one of the
+prefill program, which depends on neither the drafter nor K, so every method at one shape shares one prefill
+compilation. Kernel routing (the hand-written CPU kernels, on or off) is a field, so two programs that differ in
+kernels never share a cache entry.
+"""
+
+import dataclasses
+from typing import Any
+
+from specjax.policy import SpeculationPolicy
+from specjax.sampling import SamplingParams
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetSpec:
+  """What the target's scoring call alone depends on: its graph, the mesh and kernel routing."""
+
+  graphdef: Any                      # the target's NNX graph
+  mesh: Any = None                   # a ("data", "model") jax Mesh, or None for one device
+  kernels: bool = True               # the CPU kernels may be used (they are off on meshes: no partitioning rule)
+
+  def __post_init__(self):
+    if self.mesh is not None and self.kernels:
+      raise ValueError("the CPU kernels have no partitioning rule: a spec with a mesh needs kernels=False")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefillSpec:
+  """What the prefill program's trace depends on."""
+
+  graphdef: Any                      # the target's NNX graph
+  sampling: SamplingParams
+  eos_ids: tuple[int, ...]
+  prompt_bucket: int                 # prompt positions the prefill runs (a power of two >= the longest prompt)
+  mesh: Any = None                   # a ("data", "model") jax Mesh, or None for one device
+  kernels: bool = True               # the CPU kernels may be used (they are off on meshes: no partitioning rule)
+  feature_layers: tuple[int, ...] | None = None  # target layers whose features the drafter reads; None: no features
+
+  def __post_init__(self):
+    if not isinstance(self.sampling, SamplingParams):
+      raise TypeError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__}")
+    object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
+    if self.prompt_bucket < 1:
+      raise ValueError(f"prompt_bucket must be >= 1, got {self.prompt_bucket}")
+    self.target  # validates mesh and kernels
+
+  @property
+  def target(self) -> TargetSpec:
+    return TargetSpec(graphdef=self.graphdef, mesh=self.mesh, kernels=self.kernels)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSpec:
+  """What the decode program's trace depends on: the target graph, the drafter (a static, hashable object), the
+  sampling setting, K (0 = autoregressive, an int, or a SpeculationPolicy that picks K per round), EOS ids, the
+  prompt bucket, the mesh and kernel routing."""
+
+  graphdef: Any
+  drafter: Any                       # a specjax.drafters.Drafter, or None for autoregressive decoding
+  sampling: SamplingParams
+  k: "int | SpeculationPolicy"
+  eos_ids: tuple[int, ...]
+  prompt_bucket: int
+  mesh: Any = None
+  kernels: bool = True
+
+  def __post_init__(self):
+    object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
+    adaptive = isinstance(self.k, SpeculationPolicy)
+    if not adaptive and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0):
+      raise ValueError(f"DecodeSpec.k must be an int >= 0 or a SpeculationPolicy, got {self.k!r}")
+    if self.drafter is None and (adaptive or self.k):
+      raise ValueError(f"k={self.k!r} needs a drafter; without one, decoding is autoregressive (k=0)")
+    if self.drafter is not None and not adaptive and self.k == 0:
+      raise ValueError("a drafter needs k >= 1 or a SpeculationPolicy; k=0 is autoregressive decoding")
+    self.prefill  # validates the shared fields
+
+  @property
+  def adaptive(self) -> bool:
+    return isinstance(self.k, SpeculationPolicy)
+
+  @property
+  def max_k(self) -> int:
+    """The most drafts a round proposes (0 without a drafter)."""
+    return self.k.max_k if self.adaptive else self.k
+
+  @property
+  def feature_layers(self):
+    return None if self.drafter is None else self.drafter.feature_layers
+
+  @property
+  def target(self) -> TargetSpec:
+    return TargetSpec(graphdef=self.graphdef, mesh=self.mesh, kernels=self.kernels)
+
+  @property
+  def prefill(self) -> PrefillSpec:
+    return PrefillSpec(graphdef=self.graphdef, sampling=self.sampling, eos_ids=self.eos_ids,
+                       prompt_bucket=self.prompt_bucket, mesh=self.mesh, kernels=self.kernels,
+                       feature_layers=self.feature_layers)
+
+  def replace(self, **changes) -> "DecodeSpec":
+    return dataclasses.replace(self, **changes)
