@@ -17,12 +17,15 @@ def get_config():
   config.top_k = 0
   config.top_p = 1.0
   config.seed = 0
-  config.drafter = "prompt_lookup"   # "none", "prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head"
+  config.drafter = "prompt_lookup"   # "none", "prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head",
+  #                                    "quantized"
   # draft_model: a model source or truncate:N (the target's first N layers); layer_skip: N or a trained directory;
+  # quantized: q4 or int8 (the target's own weights quantized) or a .gguf file (its Q4_0 / Q4_1 / Q8_0 blocks);
   # medusa / feature_head: a directory written by scripts/train_draft.py (output_dir/<kind>/drafter).
   config.draft_model = "truncate:8"
   config.k = 4
   config.adaptive = False            # True: k="auto", the adaptive SpeculationPolicy (K per round, 0 when it does not pay)
   config.compare_autoregressive = True
+  config.repeats = 3                 # timed calls per run, alternated between autoregressive and speculative
   config.mesh = ""                   # "" (one device) or "DATAxMODEL", e.g. "2x4"
   return config

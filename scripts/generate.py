@@ -12,6 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
@@ -25,16 +26,15 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/smollm2_135m.py", "
 distributed.define_flags()
 
 
-def _timed(target, prompts, config, drafter, mesh, calibration):
+def _generate(target, prompts, config, drafter, mesh, calibration):
   k = None if drafter is None else ("auto" if config.get("adaptive", False) else config.k)
-  kwargs = dict(max_new_tokens=config.max_new_tokens, seed=config.seed, drafter=drafter, k=k, mesh=mesh,
-                calibration=calibration,
-                chat=config.chat and target.tokenizer is not None,
-                sampling=specjax.SamplingParams(config.temperature, config.top_k, config.top_p))
-  first = specjax.generate(target, prompts, **kwargs)  # includes compilation
-  timed = specjax.generate(target, prompts, **kwargs)
-  n_tokens = sum(len(t) for t in timed.tokens)
-  return timed, n_tokens / timed.stats.wall_time_s, first.stats.wall_time_s
+  return specjax.generate(target, prompts, max_new_tokens=config.max_new_tokens, seed=config.seed, drafter=drafter,
+                          k=k, mesh=mesh, calibration=calibration, chat=config.chat and target.tokenizer is not None,
+                          sampling=specjax.SamplingParams(config.temperature, config.top_k, config.top_p))
+
+
+def _rate(result) -> float:
+  return sum(len(t) for t in result.tokens) / result.stats.wall_time_s
 
 
 def main(argv):
@@ -55,21 +55,30 @@ def main(argv):
   if drafter is not None:
     runs.append((f"speculative ({config.drafter}, k={'auto' if config.get('adaptive', False) else config.k})",
                  drafter))
-  rates, calibration = {}, specjax.Calibration()  # adaptive round costs: measured once, used by both calls
+  calibration = specjax.Calibration()  # adaptive round costs: measured once, used by every call
+  first_s = {label: _generate(target, prompts, config, d, mesh, calibration).stats.wall_time_s for label, d in runs}
+  # Timed calls alternate between the runs (the order flips every repeat), so drift on a shared machine moves both
+  # alike; the ratio is the median of the per-repeat ratios.
+  rates, results = {label: [] for label, _ in runs}, {}
+  for repeat in range(config.repeats):
+    for label, run_drafter in (runs if repeat % 2 == 0 else runs[::-1]):
+      results[label] = _generate(target, prompts, config, run_drafter, mesh, calibration)
+      rates[label].append(_rate(results[label]))
   for label, run_drafter in runs:
-    result, rate, first_s = _timed(target, prompts, config, run_drafter, mesh, calibration)
-    rates[label] = rate
-    print(f"\n== {label}: {rate:.1f} tokens/s (batch {len(prompts)}; first call incl. compile {first_s:.1f} s; "
-          f"time to first token {1e3 * result.stats.first_token_s:.0f} ms)")
+    result = results[label]
+    print(f"\n== {label}: {np.median(rates[label]):.1f} tokens/s (batch {len(prompts)}, median of {config.repeats} "
+          f"calls; first call incl. compile {first_s[label]:.1f} s; time to first token "
+          f"{1e3 * result.stats.first_token_s:.0f} ms)")
     if run_drafter is not None:
       print(f"   accepted drafts per round {result.stats.mean_accepted_per_round:.2f}, tokens per round "
             f"{result.stats.mean_tokens_per_round:.2f}, acceptance rate {result.stats.acceptance_rate:.2f}")
     for row, tokens in enumerate(result.tokens):
       text = result.texts[row] if result.texts else " ".join(map(str, tokens))
       print(f"-- [{row}] {text!r}")
-  if len(rates) == 2:
-    ar, spec = rates.values()
-    print(f"\nspeculative / autoregressive: {spec / ar:.2f}x (same run, same prompts)")
+  if len(runs) == 2:
+    ar, spec = (rates[label] for label, _ in runs)
+    print(f"\nspeculative / autoregressive: {np.median(np.divide(spec, ar)):.2f}x (median of {config.repeats} "
+          f"alternated pairs, same prompts)")
   longest = max(len(p) for p in result.prompt_tokens)
   size = cache_size(max(prompt_bucket(longest), longest + config.max_new_tokens + result.stats.k))
   peak = memory.peak_resident_bytes()
