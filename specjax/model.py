@@ -65,10 +65,12 @@ def _abstract_params(config: ModelConfig, family: ModelFamily) -> tuple[Any, nnx
   return nnx.split(nnx.eval_shape(lambda: family.module(config, rngs=nnx.Rngs(0))))
 
 
-def model_from_flat_params(config: ModelConfig, flat: Mapping[str, Any], tokenizer=None, source: str = "") -> Model:
-  """Builds a Model from `{dotted path: array}`; every parameter must be present with the right shape."""
-  graphdef, abstract = abstract_params(config)
-  dtype = jnp.dtype(config.dtype)
+def model_from_flat_params(config: ModelConfig, flat: Mapping[str, Any], tokenizer=None, source: str = "",
+                           structure: tuple[Any, nnx.State] | None = None) -> Model:
+  """Builds a Model from `{dotted path: array}`; every parameter must be present with the right shape. Arrays take
+  the dtype of the abstract parameter (the config's dtype; a quantized weight's own). `structure` is the
+  (graphdef, abstract params) to fill, by default the config's family module (`abstract_params`)."""
+  graphdef, abstract = structure if structure is not None else abstract_params(config)
   expected = {_dotted(path): var for path, var in nnx.to_flat_state(abstract)}
   missing = sorted(set(expected) - set(flat))
   extra = sorted(set(flat) - set(expected))
@@ -83,7 +85,7 @@ def model_from_flat_params(config: ModelConfig, flat: Mapping[str, Any], tokeniz
     array = flat[name]
     if tuple(array.shape) != tuple(var.shape):
       raise ValueError(f"parameter {name}{where} has shape {tuple(array.shape)}, expected {tuple(var.shape)}")
-    leaves.append((path, var.replace(jnp.asarray(array, dtype=dtype))))
+    leaves.append((path, var.replace(jnp.asarray(array, dtype=var.dtype))))
   params = nnx.from_flat_state(leaves)
   return Model(config=config, graphdef=graphdef, params=params, tokenizer=tokenizer)
 

@@ -58,10 +58,11 @@ def check_mesh(mesh) -> Mesh:
 
 
 def _param_spec(path: str, shape: tuple, config: ModelConfig, model_size: int) -> P:
-  """The first of the family's `ShardRule`s that matches `path` (specjax/models/); no match replicates."""
+  """The first of the family's `ShardRule`s that matches `path` (specjax/models/); no match replicates, and so does
+  an array whose own dimension the axis does not divide (a quantized weight's scales when its blocks do not split)."""
   for rule in get_family(config.family).sharding:
     if re.search(rule.pattern, path):
-      if getattr(config, rule.divides) % model_size:
+      if getattr(config, rule.divides) % model_size or shape[rule.axis] % model_size:
         return P()
       spec = [None] * len(shape)
       spec[rule.axis] = "model"

@@ -1,9 +1,11 @@
-"""llama.cpp GGUF files: config from the metadata, every tensor dequantized and renamed to specjax's tree.
+"""llama.cpp GGUF files: config from the metadata, every tensor dequantized and renamed to specjax's tree; or, for
+`weights="q4"`, the file's Q4_0 / Q4_1 / Q8_0 matrices kept as their blocks (`specjax.quantize.from_gguf_blocks`).
 
 llama.cpp stores the Q and K projections of `llama` models with each head's rows interleaved for its
 rotate-pairs RoPE; `unpermute_rows` restores the half-split order that HF transformers and specjax use.
 """
 
+import dataclasses
 import os
 import re
 import warnings
@@ -13,8 +15,10 @@ import gguf
 import numpy as np
 
 from specjax.config import ModelConfig
+from specjax.kernels.qweight import QuantizedWeight
 from specjax.model import Model, model_from_flat_params
 from specjax.models.rope import inverse_frequencies
+from specjax.quantize import check_weights, from_gguf_blocks, quantize_model, quantized_model
 from specjax.tokenizer import Tokenizer
 
 # general.architecture -> (the specjax model family it loads into, whether llama.cpp permuted the Q/K rows).
@@ -26,6 +30,10 @@ _LAYER_TENSORS = {
     "attn_norm": "attn_norm", "ffn_norm": "mlp_norm",
 }
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# GGUF block types that `weights="q4"` keeps as they are, and the float types it quantizes to q4_1 itself.
+KEPT_TYPES = {gguf.GGMLQuantizationType.Q8_0: "q8_0", gguf.GGMLQuantizationType.Q4_0: "q4_0",
+              gguf.GGMLQuantizationType.Q4_1: "q4_1"}
+_FLOAT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
 
 
 class _Reader(gguf.GGUFReader):
@@ -145,14 +153,37 @@ def _dequantize(tensor) -> np.ndarray:
   return values.reshape(tuple(reversed([int(d) for d in tensor.shape])))
 
 
-def _rename(name: str, config: ModelConfig, permuted: bool, values: np.ndarray) -> tuple[str, np.ndarray]:
-  """specjax name and array for one GGUF tensor (kernels transposed to [in, out])."""
+def _kept(tensor, path: str):
+  """A matrix's blocks as a QuantizedWeight [rows, K] (no requantization), or None for a float tensor (a 1-D norm or
+  bias, or a float matrix); a quantized matrix of another type is a ValueError saying what to use."""
+  if len(tensor.shape) != 2 or tensor.tensor_type in _FLOAT_TYPES:
+    return None
+  if tensor.tensor_type not in KEPT_TYPES:
+    raise ValueError(f"{path}: GGUF tensor {tensor.name} is {tensor.tensor_type.name}, which weights=\"q4\" cannot "
+                     f"keep quantized (only {', '.join(t.name for t in KEPT_TYPES)} blocks are kept); load it with "
+                     f"weights=\"int8\" (requantized from its dequantized floats) or \"float\", or use a Q4_0 / "
+                     f"Q4_1 / Q8_0 GGUF file")
+  return from_gguf_blocks(tensor.data, KEPT_TYPES[tensor.tensor_type], tensor.name)
+
+
+def _unpermute(values, n_heads: int):
+  if isinstance(values, QuantizedWeight):  # whole rows: q, scale and minimum alike
+    rows = {f: unpermute_rows(np.asarray(getattr(values, f)), n_heads) for f in ("q", "scale", "minimum")
+            if np.ndim(getattr(values, f)) == 2}
+    return dataclasses.replace(values, **rows)
+  return unpermute_rows(values, n_heads)
+
+
+def _rename(name: str, config: ModelConfig, permuted: bool, values) -> tuple[str, Any]:
+  """specjax name and array for one GGUF tensor (kernels transposed to [in, out]); a QuantizedWeight W [N, K]
+  (kept blocks) is named by its module (`head`, `layers.0.attn.q`) and stays [N, K]."""
+  kept = isinstance(values, QuantizedWeight)
   if name == "token_embd.weight":
     return "embed", values
   if name == "output_norm.weight":
     return "final_norm.scale", values
   if name == "output.weight":
-    return "head.kernel", values.T
+    return ("head", values) if kept else ("head.kernel", values.T)
   match = _LAYER_NAME.fullmatch(name)
   if not match or match.group(2) not in _LAYER_TENSORS:
     raise ValueError(f"unexpected GGUF tensor {name}")
@@ -161,21 +192,25 @@ def _rename(name: str, config: ModelConfig, permuted: bool, values: np.ndarray) 
   if part in ("attn_norm", "ffn_norm"):
     return f"{target}.scale", values
   if permuted and part in ("attn_q", "attn_k"):
-    values = unpermute_rows(values, config.n_heads if part == "attn_q" else config.n_kv_heads)
-  return (f"{target}.kernel", values.T) if kind == "weight" else (f"{target}.bias", values)
+    values = _unpermute(values, config.n_heads if part == "attn_q" else config.n_kv_heads)
+  if kind == "bias":
+    return f"{target}.bias", values
+  return (target, values) if kept else (f"{target}.kernel", values.T)
 
 
-def read_gguf(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarray], dict[str, Any]]:
-  """(config, {specjax name: float32 array}, metadata) of a GGUF file."""
+def read_gguf(path: str | os.PathLike, keep_quantized: bool = False) -> tuple[ModelConfig, dict[str, Any], dict]:
+  """(config, {specjax name: float32 array}, metadata) of a GGUF file. With `keep_quantized`, the Q4_0 / Q4_1 /
+  Q8_0 matrices are QuantizedWeights named by their module (`_rename`); every tensor is checked before any is read."""
   path = os.fspath(path)
   reader = open_gguf(path)
   metadata = read_metadata(reader)
   shapes = {t.name: tuple(reversed([int(d) for d in t.shape])) for t in reader.tensors}
   config = gguf_config(metadata, shapes, path)
   permuted = ARCHITECTURES[metadata["general.architecture"]][1]
+  kept = {t.name: _kept(t, path) for t in reader.tensors} if keep_quantized else {}
   flat = {}
   for tensor in reader.tensors:
-    values = _dequantize(tensor)
+    values = kept[tensor.name] if kept.get(tensor.name) is not None else _dequantize(tensor)
     if tensor.name == "rope_freqs.weight":
       original = metadata.get(f"{metadata['general.architecture']}.rope.scaling.original_context_length", 8192)
       config = config.replace(rope_scaling=_llama3_rope_scaling(values, config, original))
@@ -188,9 +223,12 @@ def read_gguf(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, np.ndarra
   return config, flat, metadata
 
 
-def load_gguf(path: str | os.PathLike, dtype: str | None = None) -> Model:
-  """A Model (with its tokenizer, when the file describes a supported one) from a GGUF file."""
-  config, flat, metadata = read_gguf(path)
+def load_gguf(path: str | os.PathLike, dtype: str | None = None, weights: str = "float") -> Model:
+  """A Model (with its tokenizer, when the file describes a supported one) from a GGUF file. `weights`: "float"
+  (every tensor dequantized), "q4" (the file's Q4_0 / Q4_1 / Q8_0 matrices kept as they are, float matrices
+  quantized to q4_1, norms float) or "int8" (every linear and the embedding requantized to int8 from floats)."""
+  scheme = check_weights(weights)
+  config, flat, metadata = read_gguf(path, keep_quantized=weights == "q4")
   if dtype is not None:
     config = config.replace(dtype=dtype)
   tokenizer = None
@@ -199,4 +237,7 @@ def load_gguf(path: str | os.PathLike, dtype: str | None = None) -> Model:
       tokenizer = Tokenizer.from_gguf_metadata(metadata)
     except ValueError as err:
       warnings.warn(f"{os.fspath(path)}: loading the model without a tokenizer: {err}")
-  return model_from_flat_params(config, flat, tokenizer=tokenizer, source=os.fspath(path))
+  if weights == "q4":
+    return quantized_model(config, flat, scheme, tokenizer=tokenizer, source=os.fspath(path))
+  model = model_from_flat_params(config, flat, tokenizer=tokenizer, source=os.fspath(path))
+  return model if scheme is None else quantize_model(model, scheme)

@@ -11,6 +11,7 @@ from specjax.checkpoints.hf import load_hf
 from specjax.checkpoints.orbax_io import MARKER, is_orbax_dir, load_orbax
 from specjax.config import SUPPORTED_DTYPES
 from specjax.model import Model
+from specjax.quantize import check_weights, quantize_model
 
 # name -> (Python package that ships the file, file name inside it, install command)
 KNOWN_MODELS = {
@@ -51,21 +52,28 @@ def _is_gguf(path: str) -> bool:
     return f.read(4) == b"GGUF"
 
 
-def load_model(source: str | os.PathLike, dtype=None) -> Model:
+def load_model(source: str | os.PathLike, dtype=None, weights: str = "float") -> Model:
   """A Model from a `.gguf` file, a Hugging Face directory, a `save_model` directory, or a known name
-  ("smollm2-135m"). `dtype` ("float32", "bfloat16", ...) overrides the parameter and compute dtype."""
+  ("smollm2-135m"). `dtype` ("float32", "bfloat16", ...) overrides the parameter and compute dtype.
+
+  `weights`: "float"; "q4" (a GGUF's own Q4_0 / Q4_1 / Q8_0 blocks kept as they are, every other linear and the
+  embedding quantized to q4_1); "int8" (every linear and the embedding quantized to int8 per output row, from the
+  dequantized floats). Norms and biases stay float; the model then runs on those weights."""
   dtype = _dtype_name(dtype)
+  scheme = check_weights(weights)
   source = os.fspath(source)
   path = resolve_known_model(source) if source.lower() in KNOWN_MODELS else source
   if not os.path.exists(path):
     raise FileNotFoundError(f"model source not found: {path}")
   if os.path.isfile(path):
     if path.endswith(".gguf") or _is_gguf(path):
-      return load_gguf(path, dtype)
+      return load_gguf(path, dtype, weights)
     raise ValueError(f"{path} is not a GGUF file; pass a .gguf file or a model directory")
   if is_orbax_dir(path):
-    return load_orbax(path, dtype)
-  if os.path.isfile(os.path.join(path, "config.json")):
-    return load_hf(path, dtype)
-  raise ValueError(f"{path} is neither a specjax checkpoint (no {MARKER}) nor a Hugging Face model "
+    model = load_orbax(path, dtype)
+  elif os.path.isfile(os.path.join(path, "config.json")):
+    model = load_hf(path, dtype)
+  else:
+    raise ValueError(f"{path} is neither a specjax checkpoint (no {MARKER}) nor a Hugging Face model "
                    "directory (no config.json)")
+  return model if scheme is None else quantize_model(model, scheme)

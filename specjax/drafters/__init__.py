@@ -7,3 +7,4 @@ from specjax.drafters.layer_skip import LayerSkip
 from specjax.drafters.medusa import MedusaConfig, MedusaHeads
 from specjax.drafters.prompt_lookup import PromptLookup
 from specjax.drafters.truncated import truncated_model
+from specjax.drafters.quantized import QuantizedDraft

@@ -12,6 +12,7 @@ Training recipes are named by "module:attribute" and imported on use: `specjax.d
 
 import dataclasses
 import importlib
+import os
 from typing import Callable, Mapping
 
 from specjax.drafters.base import Drafter
@@ -20,6 +21,7 @@ from specjax.drafters.feature_head import FeatureHead
 from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
 from specjax.drafters.medusa import MedusaHeads
 from specjax.drafters.prompt_lookup import PromptLookup
+from specjax.drafters.quantized import SCHEMES as QUANTIZED_SCHEMES, QuantizedDraft
 from specjax.drafters.truncated import truncated_model
 from specjax.model import Model
 
@@ -156,6 +158,19 @@ def _layer_skip(target: Model, source: str, settings: Mapping) -> LayerSkip:
   return LayerSkip.create(target, n)
 
 
+def _quantized(target: Model, source: str, settings: Mapping) -> QuantizedDraft:
+  """"q4" (the default) or "int8": the target's own weights quantized; otherwise a GGUF path (or known model name)
+  whose Q4_0 / Q4_1 / Q8_0 blocks are kept as they are."""
+  source = source or "q4"
+  if source in QUANTIZED_SCHEMES:
+    return QuantizedDraft.from_model(target, source)
+  from specjax.checkpoints.load import KNOWN_MODELS
+  if source.lower() in KNOWN_MODELS or os.path.isfile(source):
+    return QuantizedDraft.from_gguf(source, target)
+  raise ValueError(f"drafter 'quantized' needs draft_source {' or '.join(map(repr, QUANTIZED_SCHEMES))} (the "
+                   f"target's weights quantized) or a .gguf file, got {source!r}")
+
+
 _RECIPES = "specjax.training.recipes"
 register(Entry("draft_model", DraftModel, _draft_model, recipe=f"{_RECIPES}:DRAFT_MODEL"))
 register(Entry("prompt_lookup", PromptLookup, _prompt_lookup))
@@ -164,3 +179,4 @@ register(Entry("medusa", MedusaHeads, trained(MedusaHeads), recipe=f"{_RECIPES}:
                needs_trained_dir=True))
 register(Entry("feature_head", FeatureHead, trained(FeatureHead), recipe=f"{_RECIPES}:FEATURE_HEAD",
                needs_trained_dir=True))
+register(Entry("quantized", QuantizedDraft, _quantized))

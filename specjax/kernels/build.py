@@ -1,8 +1,8 @@
-"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_attention.cc`) into one library, once per source, jaxlib and
-compiler, in the user's cache, and registers them with XLA.
+"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_attention.cc`, `cpu_quant.cc`) into one library, once per source,
+jaxlib and compiler, in the user's cache, and registers them with XLA.
 
-Built on first use (a few seconds with g++); any failure (no compiler, not x86-64 with AVX2 and FMA) leaves the
-kernels unavailable and the model on XLA's own ops, with the reason in `unavailable_reason()`.
+Built on first use (a few seconds with g++); any failure (no compiler, not x86-64 with AVX2, FMA and F16C) leaves
+the kernels unavailable and the model on XLA's own ops, with the reason in `unavailable_reason()`.
 """
 
 import ctypes
@@ -18,22 +18,24 @@ import jax
 import jaxlib
 
 _HERE = os.path.dirname(__file__)
-SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_attention.cc"))
+SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_attention.cc", "cpu_quant.cc"))
 HEADERS = (os.path.join(_HERE, "parallel.h"),)
 TARGET_NAME = "specjax_cpu_linear"
 ATTENTION_TARGET_NAME = "specjax_cpu_attention"
-_SYMBOLS = {TARGET_NAME: "SpecjaxCpuLinear", ATTENTION_TARGET_NAME: "SpecjaxCpuAttention"}
-FLAGS = ("-O3", "-mavx2", "-mfma", "-std=c++17", "-shared", "-fPIC", "-w")
+QUANT_TARGET_NAME = "specjax_cpu_quant"
+_SYMBOLS = {TARGET_NAME: "SpecjaxCpuLinear", ATTENTION_TARGET_NAME: "SpecjaxCpuAttention",
+            QUANT_TARGET_NAME: "SpecjaxCpuQuant"}
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-std=c++17", "-shared", "-fPIC", "-w")
 _reason: list[str] = []
 
 
-def _cpu_has_avx2_fma() -> bool:
+def _cpu_has_avx2_fma_f16c() -> bool:
   try:
     with open("/proc/cpuinfo") as f:
       flags = next((line for line in f if line.startswith("flags")), "").split()
   except OSError:
     return False
-  return "avx2" in flags and "fma" in flags
+  return "avx2" in flags and "fma" in flags and "f16c" in flags
 
 
 def _cache_dir() -> str:
@@ -67,8 +69,8 @@ def registered() -> bool:
   if os.environ.get("SPECJAX_CPU_KERNELS", "1") == "0":
     _reason.append("disabled by SPECJAX_CPU_KERNELS=0")
     return False
-  if platform.machine().lower() not in ("x86_64", "amd64") or not _cpu_has_avx2_fma():
-    _reason.append("needs an x86-64 CPU with AVX2 and FMA")
+  if platform.machine().lower() not in ("x86_64", "amd64") or not _cpu_has_avx2_fma_f16c():
+    _reason.append("needs an x86-64 CPU with AVX2, FMA and F16C")
     return False
   compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
   if compiler is None:

@@ -114,7 +114,7 @@ class Llama(nnx.Module):
     """Final-normed hidden states [B, T, D], the updated cache, and the residual stream after each
     layer listed in `collect_layers` (for feature-level drafters)."""
     cos, sin = rope_tables(self.config, positions_BxT)
-    x = jnp.take(self.embed[...], tokens_BxT, axis=0)
+    x = self.embed_tokens(tokens_BxT)
     collected = []
     for index, block in enumerate(self.layers):
       x, cache = block(x, cos, sin, positions_BxT, cache, index)
@@ -122,9 +122,17 @@ class Llama(nnx.Module):
         collected.append(x)
     return self.final_norm(x), cache, collected
 
+  def embed_tokens(self, tokens_BxT) -> jax.Array:
+    """[B, T, D] rows of the embedding (a float parameter, or a quantized `QDense` table)."""
+    if isinstance(self.embed, nnx.Param):
+      return jnp.take(self.embed[...], tokens_BxT, axis=0)
+    return self.embed.rows(tokens_BxT, jnp.dtype(self.config.dtype))
+
   def logits(self, hidden_BxTxD) -> jax.Array:
     """Float32 logits over the vocabulary."""
-    if self.config.tie_embeddings:
+    if self.config.tie_embeddings and not isinstance(self.embed, nnx.Param):
+      out = self.embed(hidden_BxTxD)  # a quantized table: x @ W.T is the tied head
+    elif self.config.tie_embeddings:
       out = dense(hidden_BxTxD, self.embed[...], transposed=True)
     else:
       out = self.head(hidden_BxTxD)
@@ -170,7 +178,10 @@ def param_count(config: ModelConfig) -> int:
 
 
 # Megatron-style tensor parallelism: q/k/v and gate/up split by output columns, o and down by input rows (one
-# all-reduce each), embedding and head by vocabulary; heads stay whole.
+# all-reduce each), embedding and head by vocabulary; heads stay whole. A quantized weight (`QDense`: q, scale,
+# minimum) is W [N, K], the fp32 kernel [K, N] transposed: it splits rows where the kernel splits columns, and its
+# input columns (so its blocks) where the kernel splits rows.
+_QUANTIZED = r"\.(q|scale|minimum)$"
 SHARDING = (
     ShardRule(r"embed$", 0, "vocab_size"),
     ShardRule(r"head\.kernel$", -1, "vocab_size"),
@@ -179,6 +190,12 @@ SHARDING = (
     ShardRule(r"attn\.o\.kernel$", 0, "n_heads"),
     ShardRule(r"mlp\.(gate|up)\.kernel$", -1, "ffn_dim"),
     ShardRule(r"mlp\.down\.kernel$", 0, "ffn_dim"),
+    ShardRule(r"(embed|head)" + _QUANTIZED, 0, "vocab_size"),
+    ShardRule(r"attn\.q" + _QUANTIZED, 0, "n_heads"),
+    ShardRule(r"attn\.[kv]" + _QUANTIZED, 0, "n_kv_heads"),
+    ShardRule(r"attn\.o" + _QUANTIZED, -1, "n_heads"),
+    ShardRule(r"mlp\.(gate|up)" + _QUANTIZED, 0, "ffn_dim"),
+    ShardRule(r"mlp\.down" + _QUANTIZED, -1, "ffn_dim"),
 )
 
 LLAMA = ModelFamily(name="llama", module=Llama, block=Block, norm=RMSNorm, rope_tables=rope_tables,

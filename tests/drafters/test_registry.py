@@ -73,7 +73,7 @@ def test_unregister_removes_it():
 # --- the registry itself -------------------------------------------------------------------------
 
 def test_the_built_in_methods():
-  assert set(registry.names()) == {"prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head"}
+  assert set(registry.names()) == {"prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head", "quantized"}
   assert set(registry.trainable()) == {"draft_model", "layer_skip", "medusa", "feature_head"}
   assert {n for n in registry.names() if registry.get(n).needs_trained_dir} == {"medusa", "feature_head"}
   for name in registry.trainable():

@@ -1,0 +1,74 @@
+"""`quantized_dense(x, w)`: x [..., K] @ W.T for a `QuantizedWeight` W [N, K].
+
+CPU kernel (`cpu_quant.cc`): 1..32 float32 rows in a program lowered for CPU, while the kernels are on
+(`specjax.kernels.linear.kernels_enabled()`, the switch the fp32 kernel uses): each weight row is read once and
+dequantized in registers, so a step streams the quantized bytes only (int8 about 1/4 of fp32's, q4_1 about 1/6).
+XLA path (everything else: other platforms, prefill-sized blocks, the kernels off): W dequantized in the program,
+then one dot. Quantized weights are frozen: neither path has a gradient with respect to them.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.kernels import build
+from specjax.kernels.linear import MAX_ROWS, MIN_ROWS, kernels_enabled
+from specjax.kernels.qweight import BLOCK, QuantizedWeight, dequantize
+
+_SCHEME_IDS = {"int8": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3}  # cpu_quant.cc's Scheme
+_Q_DTYPES = {"int8": jnp.int8, "q8_0": jnp.int8, "q4_0": jnp.uint8, "q4_1": jnp.uint8}
+
+
+def _xla_quantized_dense(x, w: QuantizedWeight):
+  return jnp.einsum("...k,nk->...n", x.astype(jnp.float32), dequantize(w, jnp.float32))
+
+
+def _rows(x) -> int:
+  rows = 1
+  for size in x.shape[:-1]:
+    rows *= size
+  return rows
+
+
+def applies(x_NxK, w: QuantizedWeight) -> bool:
+  """Whether `quantized_dense` takes the CPU kernel for these operands (at trace time)."""
+  if w.scheme not in _SCHEME_IDS or w.q.ndim != 2 or w.scale.ndim != 2:
+    return False
+  n, k = w.shape
+  return (MIN_ROWS <= _rows(x_NxK) <= MAX_ROWS and x_NxK.dtype == jnp.float32 and x_NxK.shape[-1] == k
+          and k % BLOCK == 0 and w.q.dtype == _Q_DTYPES[w.scheme]
+          and w.scale.shape == (n, 1 if w.scheme == "int8" else k // BLOCK)
+          and (w.scheme != "q4_1" or w.minimum.shape == w.scale.shape)
+          and kernels_enabled())
+
+
+def _kernel_call(x_MxK, q, scale, minimum, scheme: str):
+  out = jax.ShapeDtypeStruct((x_MxK.shape[0], q.shape[0]), jnp.float32)
+  return jax.ffi.ffi_call(build.QUANT_TARGET_NAME, out)(x_MxK, q, scale, minimum,
+                                                        scheme=np.int64(_SCHEME_IDS[scheme]))
+
+
+def quantized_dense(x_NxK: jax.Array, w: QuantizedWeight) -> jax.Array:
+  """float32 [..., N]."""
+  if not applies(x_NxK, w):
+    return _xla_quantized_dense(x_NxK, w)
+  n, k = w.shape
+  x_MxK = x_NxK.reshape(_rows(x_NxK), k)
+  scale = w.scale.astype(jnp.float16)
+  minimum = w.minimum.astype(jnp.float16) if w.scheme == "q4_1" else jnp.zeros((0, 0), jnp.float16)
+
+  def xla(x, q, s, m):
+    return _xla_quantized_dense(x, QuantizedWeight(q=q, scale=s, minimum=w.minimum if w.scheme != "q4_1" else m,
+                                                   scheme=w.scheme))
+
+  out = jax.lax.platform_dependent(x_MxK, w.q, scale, minimum,
+                                   cpu=lambda x, q, s, m: _kernel_call(x, q, s, m, w.scheme), default=xla)
+  return out.reshape(x_NxK.shape[:-1] + (n,))
+
+
+def quantized_rows(w: QuantizedWeight, ids) -> jax.Array:
+  """Rows `ids` of W as float32 [..., K] (an embedding lookup in a quantized table)."""
+  picked = QuantizedWeight(q=jnp.take(w.q, ids.reshape(-1), axis=0), scale=jnp.take(w.scale, ids.reshape(-1), axis=0),
+                           minimum=(jnp.take(w.minimum, ids.reshape(-1), axis=0) if w.minimum.size else w.minimum),
+                           scheme=w.scheme)
+  return dequantize(picked, jnp.float32).reshape(ids.shape + (w.shape[1],))
