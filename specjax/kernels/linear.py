@@ -8,6 +8,7 @@ Everything else (GPU, TPU, bf16, sharded meshes, gradients) is XLA's dot.
 
 import contextlib
 import contextvars
+import math
 
 import jax
 import jax.numpy as jnp
@@ -63,13 +64,19 @@ def _xla_dot(x, w, transposed: bool):
   return jnp.einsum("...k,nk->...n", x, w) if transposed else jnp.einsum("...k,kn->...n", x, w)
 
 
+def skinny_rows(x_NxK) -> int | None:
+  """The rows of x [..., K] when a CPU kernel may take them (1..32 float32 rows, kernels on), else None: the one
+  routing rule of the fp32 and the quantized matmul kernels (at trace time)."""
+  rows = math.prod(x_NxK.shape[:-1])
+  if MIN_ROWS <= rows <= MAX_ROWS and x_NxK.dtype == jnp.float32 and kernels_enabled():
+    return rows
+  return None
+
+
 def dense(x_NxK, w, *, transposed: bool = False):
   """x [..., K] @ w [K, N] (or w [N, K] with transposed=True, e.g. a tied embedding used as the head)."""
-  rows = 1
-  for size in x_NxK.shape[:-1]:
-    rows *= size
-  if (MIN_ROWS <= rows <= MAX_ROWS and x_NxK.dtype == jnp.float32 and w.dtype == jnp.float32
-      and kernels_enabled()):
+  rows = skinny_rows(x_NxK)
+  if rows is not None and w.dtype == jnp.float32:
     out = _skinny(x_NxK.reshape(rows, x_NxK.shape[-1]), w, transposed)
     return out.reshape(x_NxK.shape[:-1] + out.shape[-1:])
   return _xla_dot(x_NxK, w, transposed)

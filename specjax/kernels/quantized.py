@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.kernels import build
-from specjax.kernels.linear import MAX_ROWS, MIN_ROWS, kernels_enabled
+from specjax.kernels.linear import skinny_rows
 from specjax.kernels.qweight import BLOCK, QuantizedWeight, dequantize
 
 _SCHEME_IDS = {"int8": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3}  # cpu_quant.cc's Scheme
@@ -23,23 +23,15 @@ def _xla_quantized_dense(x, w: QuantizedWeight):
   return jnp.einsum("...k,nk->...n", x.astype(jnp.float32), dequantize(w, jnp.float32))
 
 
-def _rows(x) -> int:
-  rows = 1
-  for size in x.shape[:-1]:
-    rows *= size
-  return rows
-
-
 def applies(x_NxK, w: QuantizedWeight) -> bool:
   """Whether `quantized_dense` takes the CPU kernel for these operands (at trace time)."""
   if w.scheme not in _SCHEME_IDS or w.q.ndim != 2 or w.scale.ndim != 2:
     return False
   n, k = w.shape
-  return (MIN_ROWS <= _rows(x_NxK) <= MAX_ROWS and x_NxK.dtype == jnp.float32 and x_NxK.shape[-1] == k
+  return (skinny_rows(x_NxK) is not None and x_NxK.shape[-1] == k
           and k % BLOCK == 0 and w.q.dtype == _Q_DTYPES[w.scheme]
           and w.scale.shape == (n, 1 if w.scheme == "int8" else k // BLOCK)
-          and (w.scheme != "q4_1" or w.minimum.shape == w.scale.shape)
-          and kernels_enabled())
+          and (w.scheme != "q4_1" or w.minimum.shape == w.scale.shape))
 
 
 def _kernel_call(x_MxK, q, scale, minimum, scheme: str):
@@ -53,7 +45,7 @@ def quantized_dense(x_NxK: jax.Array, w: QuantizedWeight) -> jax.Array:
   if not applies(x_NxK, w):
     return _xla_quantized_dense(x_NxK, w)
   n, k = w.shape
-  x_MxK = x_NxK.reshape(_rows(x_NxK), k)
+  x_MxK = x_NxK.reshape(skinny_rows(x_NxK), k)
   scale = w.scale.astype(jnp.float16)
   minimum = w.minimum.astype(jnp.float16) if w.scheme == "q4_1" else jnp.zeros((0, 0), jnp.float16)
 
