@@ -43,7 +43,10 @@ def get_config():
   c.chat = True                    # apply the model's chat template to the prompts
   c.stop_at_eos = True
   c.execute_code = True            # run generated functions against the prompts' tests (isolated subprocess)
-  c.peers = ""                     # "hf": also HF transformers generate (AR and prompt lookup) on the same file
+  c.peers = ""                     # "hf": also HF transformers generate (AR and prompt lookup) on the same file;
+                                   # "llama_cpp": llama.cpp's f32 target alone and with the file's own blocks as
+                                   # its draft (llama-completion, llama-speculative at each K), batch 1
+  c.llama_cpp_dir = "build/llama.cpp/cmake/bin"  # the binaries bash scripts/build_llama_cpp.sh builds
   c.seed = 0
   c.output_dir = "results/bench_cpu"
   c.compilation_cache_dir = "~/.cache/specjax/jax-cache"  # "" = off; a rerun of the same command does not recompile

@@ -67,6 +67,15 @@ def _nucleus(probs_xV: jax.Array, top_p: float) -> jax.Array:
 
 
 def sample(key: jax.Array, probs_xV: jax.Array) -> jax.Array:
-  """One token id per leading index, drawn from `probs_xV` (zero-probability tokens never drawn)."""
-  log_probs = jnp.where(probs_xV > 0, jnp.log(jnp.maximum(probs_xV, 1e-38)), -jnp.inf)
-  return jax.random.categorical(key, log_probs, axis=-1).astype(jnp.int32)
+  """One token id per leading index, drawn from `probs_xV` (zero-probability tokens never drawn).
+
+  Inverse transform: the first token whose cumulative mass exceeds one uniform draw. The Gumbel-max trick needs
+  V random numbers per draw instead of one: on CPU, 3.7 ms of random bits per SmolLM2 token (49152 entries),
+  paid by every target step and every draft."""
+  cdf_xV = jnp.cumsum(probs_xV.astype(jnp.float32), axis=-1)
+  u_x1 = jax.random.uniform(key, probs_xV.shape[:-1] + (1,), jnp.float32) * cdf_xV[..., -1:]
+  index = jnp.sum(cdf_xV <= u_x1, axis=-1)
+  # u can round up to the total mass; then the draw is the last token that has any
+  vocab = probs_xV.shape[-1]
+  last_with_mass = vocab - 1 - jnp.argmax(jnp.flip(probs_xV > 0, axis=-1), axis=-1)
+  return jnp.minimum(index, last_with_mass).astype(jnp.int32)

@@ -19,11 +19,11 @@ def available(c: dict):
   return HFPeer(c)
 
 
-def _gguf_path(model: str) -> str:
+def gguf_path(model: str) -> str:
   from specjax.checkpoints.load import KNOWN_MODELS, resolve_known_model
   path = resolve_known_model(model) if model.lower() in KNOWN_MODELS else model
   if not path.endswith(".gguf"):
-    raise ValueError(f"the HF peer reads GGUF files; config.model={model!r} is not one")
+    raise ValueError(f"the peers read GGUF files; config.model={model!r} is not one")
   return path
 
 
@@ -31,7 +31,7 @@ class HFPeer:
 
   def __init__(self, c: dict):
     self.c = c
-    self.path = _gguf_path(c["model"])
+    self.path = gguf_path(c["model"])
     self.temperatures = c["temperatures"]
     self.ks = c["ks"]
 
@@ -47,7 +47,7 @@ class HFPeer:
                                                            gguf_file=os.path.basename(self.path))
     return model.eval(), tokenizer
 
-  def run(self, suite, prompt_ids, on_unit, info) -> list[dict]:
+  def run(self, suite, prompt_ids, on_unit, info, decode=None) -> list[dict]:
     import torch
     model, tokenizer = self._load()
     eos = model.generation_config.eos_token_id

@@ -18,7 +18,7 @@ from specjax.sampling import SamplingParams
 
 AR = "ar"
 AUTO = "auto"
-PEERS = ("", "hf")
+PEERS = ("", "hf", "llama_cpp")
 SWEEPS = ("grid", "axes", "smoke")
 MAX_K = 64
 # Every key of configs/bench_cpu.py (tests/benchmark/test_plan.py keeps the two the same).
@@ -26,7 +26,7 @@ SETTINGS = ("model", "dtype", "random_model", "methods", "drafter_dirs", "catego
             "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods", "paired_verify_calls",
             "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket", "repeats",
             "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat", "stop_at_eos",
-            "execute_code", "peers", "seed", "output_dir", "compilation_cache_dir")
+            "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
 
 
 def methods() -> tuple[str, ...]:
@@ -57,23 +57,33 @@ def _ints(name, values, low):
   return tuple(int(v) for v in values)
 
 
+def split_method(method: str) -> tuple[str, str | None]:
+  """(registered name, its source or None): a config's method is a name, or NAME:SOURCE for one variant of it
+  (e.g. "quantized:int8" beside "quantized:q4"), the source in place of config.drafter_dirs.NAME."""
+  name, colon, source = method.partition(":")
+  return name, (source if colon else None)
+
+
 def _methods(c: dict) -> tuple[str, ...]:
   known = methods()
-  unknown = [m for m in c["methods"] if m not in known]
+  unknown = [m for m in c["methods"] if split_method(m)[0] not in known or split_method(m)[1] == ""]
   if unknown:
-    raise ValueError(f"unknown method(s) {unknown}; known: {list(known)}")
+    raise ValueError(f"unknown method(s) {unknown}; known: {list(known)}, each also as NAME:SOURCE")
   dirs = dict(c["drafter_dirs"] or {})
   unknown = [m for m in dirs if m not in known]
   if unknown:
     raise ValueError(f"config.drafter_dirs names unknown method(s) {unknown}; known: {list(known)}")
   chosen = (AR,) + tuple(m for m in dict.fromkeys(c["methods"]) if m != AR)  # the baseline always runs
   for method in chosen[1:]:
-    if registry.get(method).needs_trained_dir and not dirs.get(method):
-      raise ValueError(f"method {method!r} needs config.drafter_dirs.{method}: a directory written by "
+    name, inline = split_method(method)
+    if inline is not None:
+      continue  # the registry's build checks its own sources
+    if registry.get(name).needs_trained_dir and not dirs.get(name):
+      raise ValueError(f"method {name!r} needs config.drafter_dirs.{name}: a directory written by "
                        f"scripts/train_draft.py (or 'untrained' to time a freshly initialised head)")
-    if dirs.get(method) not in ("", None, registry.UNTRAINED) and not os.path.isdir(os.path.expanduser(dirs[method])):
-      raise ValueError(f"config.drafter_dirs.{method}={dirs[method]!r} is not a directory: train it with "
-                       f"python scripts/train_draft.py --config=configs/train_{method}.py, or drop {method!r} "
+    if dirs.get(name) not in ("", None, registry.UNTRAINED) and not os.path.isdir(os.path.expanduser(dirs[name])):
+      raise ValueError(f"config.drafter_dirs.{name}={dirs[name]!r} is not a directory: train it with "
+                       f"python scripts/train_draft.py --config=configs/train_{name}.py, or drop {name!r} "
                        f"from config.methods")
   return chosen
 
@@ -123,7 +133,11 @@ def validate_config(config) -> dict:
   if c["peers"] not in PEERS:
     raise ValueError(f"config.peers must be one of {PEERS}, got {c['peers']!r}")
   if c["peers"] and c["model"] == "random":
-    raise ValueError("config.peers='hf' needs a model file (a GGUF or 'smollm2-135m'), not model='random'")
+    raise ValueError(f"config.peers={c['peers']!r} needs a model file (a GGUF or 'smollm2-135m'), not "
+                     f"model='random'")
+  if c["peers"] == "llama_cpp":
+    from specjax.benchmark.llama_cpp import check_dir
+    c["llama_cpp_dir"] = check_dir(c["llama_cpp_dir"])
   if not c["output_dir"]:
     raise ValueError("config.output_dir must be set")
   return c

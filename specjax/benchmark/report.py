@@ -181,7 +181,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
             "method's quality agrees with autoregressive decoding's within a 95% interval.", ""]
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["quality"]["metric"],
            r["quality"]["value"], r["quality"]["n"], r.get("greedy_match_ar"), r["quality"].get("agrees_with_ar")]
-          for r in records]
+          for r in records if r.get("quality")]
   parts += [_table(["method", "K", "B", "category", "T", "metric", "value", "n", "greedy = AR", "agrees with AR"],
                    rows), ""]
   peers = [r for r in records if r.get("implementation") == "hf"]
@@ -193,6 +193,17 @@ def write_report(records, settings: dict, output_dir: str) -> str:
              r["speedup_vs_ar"], r["quality"]["value"]] for r in peers]
     parts += [_table(["method", "K", "category", "T", "tok/s", "speedup vs own AR", "vs specjax AR", "quality"], rows),
               ""]
+  peers = [r for r in records if r.get("implementation") == "llama_cpp"]
+  if peers:
+    parts += ["## Peer: llama.cpp on the same GGUF pair and prompts (batch 1)", "",
+              "Its f32 target alone (llama-completion) and with the file's own quantized blocks as the draft "
+              "(llama-speculative, K drafts); vs own AR: against its own autoregressive run; specjax / llama.cpp: "
+              "specjax's autoregressive cell (K=0) or its fastest quantized self-draft at that K, over llama.cpp's.",
+              ""]
+    rows = [[r["method"], r["k"], r["category"], r["temperature"], r["throughput_tok_s"], r["acceptance_rate"],
+             r.get("speedup_vs_own_ar"), r["speedup_vs_ar"], r.get("specjax_over_peer")] for r in peers]
+    parts += [_table(["method", "K", "category", "T", "tok/s", "acceptance", "vs own AR", "vs specjax AR",
+                      "specjax / llama.cpp"], rows), ""]
   parts += ["## All results", ""]
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["throughput_tok_s"],
            r["latency_ms_per_token_p50"], r["latency_ms_per_token_p90"], r["tokens_per_round"], r["acceptance_rate"],

@@ -15,7 +15,7 @@ import numpy as np
 
 from specjax.benchmark import bandwidth, metrics, quality, tasks, theory
 from specjax.benchmark.phases import run_phase_split
-from specjax.benchmark.plan import Cell, plan, validate_config
+from specjax.benchmark.plan import Cell, plan, split_method, validate_config
 from specjax.benchmark.verify_cost import paired_verify_cost
 from specjax import host
 from specjax.cache import cache_size
@@ -44,10 +44,13 @@ def _load_target(c: dict):
 
 
 def _drafter(method: str, target, c: dict):
-  """The method's drafter (None for "ar"), built by the registry from config.drafter_dirs[method] ("": the method's
-  default, e.g. draft_model's first draft_layers layers; "untrained": a freshly initialised head) and the config."""
-  source = os.path.expanduser(dict(c["drafter_dirs"] or {}).get(method, "") or "")
-  return registry.build(method, target, source, c)
+  """The method's drafter (None for "ar"), built by the registry from its source: NAME:SOURCE's, else
+  config.drafter_dirs[NAME] ("": the method's default, e.g. draft_model's first draft_layers layers; "untrained":
+  a freshly initialised head), and the config."""
+  name, source = split_method(method)
+  if source is None:
+    source = dict(c["drafter_dirs"] or {}).get(name, "") or ""
+  return registry.build(name, target, os.path.expanduser(source), c)
 
 
 def _encode(target, text: str, c: dict) -> list[int]:
@@ -71,6 +74,10 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   if c["peers"] == "hf":
     from specjax.benchmark import peers
     peer_runner = peers.available(c)
+  elif c["peers"] == "llama_cpp":
+    from specjax.benchmark.llama_cpp import LlamaCppPeer
+    from specjax.benchmark.peers import gguf_path
+    peer_runner = LlamaCppPeer(c, gguf_path(c["model"]))
   target = target if target is not None else _load_target(c)
   suite = {cat: tasks.select(cat, c["prompts_per_category"]) for cat in c["categories"]}
   prompt_ids = {cat: [_encode(target, p["prompt"], c) for p in suite[cat]] for cat in c["categories"]}
@@ -107,7 +114,8 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
     bar.update(1)
   _compare_with_ar(records, outputs)
   if peer_runner:
-    records.extend(peer_runner.run(suite, prompt_ids, on_unit=lambda: bar.update(1), info=info))
+    records.extend(peer_runner.run(suite, prompt_ids, on_unit=lambda: bar.update(1), info=info,
+                                   decode=target.tokenizer.decode if target.tokenizer else None))
     _peer_speedups(records)
   bar.close()
   return records
@@ -242,12 +250,20 @@ def _theory(rec, base, cell):
 
 
 def _peer_speedups(records):
+  """A peer's speedups against specjax's autoregressive cell and against its own autoregressive run."""
   ours = {(r["batch_size"], r["category"], r["temperature"]): r for r in records if r["method"] == "ar"}
-  theirs = {(r["batch_size"], r["category"], r["temperature"]): r for r in records if r["method"] == "hf_ar"}
+  theirs = {(r["implementation"], r["batch_size"], r["category"], r["temperature"]): r for r in records
+            if r.get("implementation", "specjax") != "specjax" and r["k"] == 0}
   for rec in records:
-    if rec.get("implementation") != "hf":
+    if rec.get("implementation", "specjax") == "specjax":
       continue
     key = (rec["batch_size"], rec["category"], rec["temperature"])
-    base, own = ours.get(key), theirs.get(key)
+    base, own = ours.get(key), theirs.get((rec["implementation"],) + key)
     rec["speedup_vs_ar"] = rec["throughput_tok_s"] / base["throughput_tok_s"] if base else None
     rec["speedup_vs_own_ar"] = rec["throughput_tok_s"] / own["throughput_tok_s"] if own else None
+    # specjax's matching cell: autoregressive, or its fastest quantized self-draft at the same K
+    match = [r for r in records if r.get("implementation", "specjax") == "specjax" and r["k"] == rec["k"]
+             and (r["batch_size"], r["category"], r["temperature"]) == key
+             and (r["method"] == "ar" if rec["k"] == 0 else split_method(r["method"])[0] == "quantized")]
+    best = max((r["throughput_tok_s"] for r in match), default=None)
+    rec["specjax_over_peer"] = best / rec["throughput_tok_s"] if best and rec["throughput_tok_s"] else None

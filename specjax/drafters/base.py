@@ -35,6 +35,9 @@ class Drafter:
   #: target layers whose residual stream the drafter reads; None: the drafter reads no target features and the
   #: engine passes features=None to `init` and `commit`.
   feature_layers: tuple[int, ...] | None = None
+  #: True: `init` also receives the target's KV cache after the prompt (`target_cache=`), for a draft of the
+  #: target's own architecture that can start from the target's keys and values instead of a prefill of its own.
+  reads_target_cache: bool = False
 
   def params(self) -> Any:
     return ()

@@ -87,8 +87,9 @@ def init_drafter(drafter, drafter_params, state: DecodeState, prompt_len_B, prom
   if drafter is None:
     return state
   features = state.prompt_features if drafter.feature_layers is not None else None
+  extra = {"target_cache": state.cache} if drafter.reads_target_cache else {}
   return state.replace(draft_state=drafter.init(drafter_params, state.tokens_BxS, prompt_len_B, prompt_bucket,
-                                                features=features), prompt_features=())
+                                                features=features, **extra), prompt_features=())
 
 
 def draft(drafter, drafter_params, state: DecodeState, *, k: int, sampling, vocab_size: int):

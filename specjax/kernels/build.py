@@ -19,7 +19,7 @@ import jaxlib
 
 _HERE = os.path.dirname(__file__)
 SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_attention.cc", "cpu_quant.cc"))
-HEADERS = (os.path.join(_HERE, "parallel.h"),)
+HEADERS = tuple(os.path.join(_HERE, name) for name in ("parallel.h",))
 TARGET_NAME = "specjax_cpu_linear"
 ATTENTION_TARGET_NAME = "specjax_cpu_attention"
 QUANT_TARGET_NAME = "specjax_cpu_quant"
@@ -29,13 +29,23 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-std=c++17", "-shared", "-fPIC", "
 _reason: list[str] = []
 
 
-def _cpu_has_avx2_fma_f16c() -> bool:
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset:
+  """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
   try:
     with open("/proc/cpuinfo") as f:
-      flags = next((line for line in f if line.startswith("flags")), "").split()
+      return frozenset(next((line for line in f if line.startswith("flags")), "").split())
   except OSError:
-    return False
-  return "avx2" in flags and "fma" in flags and "f16c" in flags
+    return frozenset()
+
+
+def _cpu_has_avx2_fma_f16c() -> bool:
+  return {"avx2", "fma", "f16c"} <= cpu_flags()
+
+
+def has_avx512_vnni() -> bool:
+  """Whether the quantized kernel's int8-activation path (AVX-512 VNNI) runs on this CPU."""
+  return {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= cpu_flags()
 
 
 def _cache_dir() -> str:

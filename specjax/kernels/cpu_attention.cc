@@ -188,11 +188,11 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<
   int64_t work = 0;  // multiply-adds of scores and values
   for (int64_t i = 0; i < s.batch * s.t_len; ++i) work += VisibleKeys(pos[i], s.size);
   work *= 2 * s.n_heads * s.head_dim;
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), work / kWorkPerThread));
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(specjax::KernelThreads(pool), work / kWorkPerThread));
   // Tasks are (row, kv head, run of queries), the queries cut into runs for about two tasks per thread.
   const int64_t runs = std::min(s.t_len, std::max<int64_t>(1, (2 * threads + s.batch * s.n_kv - 1) / (s.batch * s.n_kv)));
   const int64_t run_len = (s.t_len + runs - 1) / runs;
-  specjax::ParallelFor(pool, s.batch * s.n_kv * runs, threads, [&](int64_t task) {
+  specjax::Parallel(pool, s.batch * s.n_kv * runs, threads, [&](int64_t task) {
     thread_local std::vector<float> scores;
     const int64_t kv = task % s.n_kv, run = (task / s.n_kv) % runs, b = task / (s.n_kv * runs);
     const int64_t t0 = run * run_len, t1 = std::min(s.t_len, t0 + run_len);

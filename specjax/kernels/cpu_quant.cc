@@ -6,7 +6,7 @@
 //   q4_1  q uint8 [N, K/2], a scale and a minimum each   value nib * d + m
 //
 // Each row of W is read from memory once per call, front to back, kPrefetchRows behind a software prefetch; ranges
-// of rows go to this library's spinning helper threads (see Helpers; XLA's pool when another call holds them);
+// of rows go to this library's spinning helper threads (parallel.h);
 // nothing of W is ever written as floats beyond L1.
 //
 // Up to kMaxRegRows rows of x ("register path"): a tile of R rows of W (4, or 2 for 3-4 rows of x) is walked one
@@ -22,15 +22,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
@@ -50,6 +45,8 @@ constexpr int64_t kMinChunkWork = 65536;  // weights (times (M + 1) / 2) per chu
 constexpr bool IsQ4(Scheme s) { return s == kQ4_0 || s == kQ4_1; }
 constexpr int64_t BlockBytes(Scheme s) { return IsQ4(s) ? kBlock / 2 : kBlock; }
 
+struct Int8Activations;
+
 struct Call {
   const float* x;            // [M, K]
   const uint8_t* q;          // [N, row_bytes]
@@ -57,6 +54,7 @@ struct Call {
   const uint16_t* minimum;   // [N, nb] float16 (q4_1)
   float* y;                  // [M, N]
   const float* xsum;         // [M, nbp]: per-block sums of x (q4_0: times -8), zero past nb
+  const Int8Activations* int8_x;  // the int8-activation path's x (M <= kMaxRegRows), else null
   Scheme scheme;
   int64_t m_rows, k_dim, n_dim, nb, nbp, row_bytes, n_scales;
 };
@@ -217,6 +215,132 @@ void RegChunk(const Call& c, int64_t n0, int64_t n1) {
   }
 }
 
+// Int8-activation path (AVX-512 VNNI; what llama.cpp runs for these blocks): each block of 32 values of a row of x
+// is rounded to int8 once per call with its own scale, dx = max |x| / 127, and every block's dot product with W's
+// integers is one vpdpbusd (unsigned bytes times signed bytes, summed four at a time into int32 lanes), two
+// blocks per 512-bit instruction; acc += float(t) * d * dx. The 4-bit offsets use the float x's block sums, as the
+// register path does. Not exact with respect to x (about 1/254 of a block's largest value per element): the caller
+// asks for it (`int8_activations`), for drafts and quantized targets only.
+#define SPECJAX_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+bool CpuHasVnni() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+// x rounded per block: xq [M, nb2 * 32] int8 and dx8 [M, nb2 * 8] (each block's scale eight times), both zero
+// past nb blocks (nb2 = nb rounded up to even, so blocks go in pairs).
+struct Int8Activations {
+  int64_t nb2;
+  std::unique_ptr<int8_t[]> xq;
+  std::unique_ptr<float[]> dx8;
+
+  Int8Activations(const float* x, int64_t m_rows, int64_t k_dim, int64_t nb)
+      : nb2((nb + 1) & ~int64_t{1}), xq(new int8_t[m_rows * nb2 * kBlock]()), dx8(new float[m_rows * nb2 * 8]()) {
+    for (int64_t g = 0; g < m_rows; ++g) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* p = x + g * k_dim + b * kBlock;
+        float amax = 0.f;
+        for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(p[i]));
+        const float d = amax / 127.f, inverse = d != 0.f ? 1.f / d : 0.f;
+        int8_t* dst = xq.get() + (g * nb2 + b) * kBlock;
+        for (int i = 0; i < kBlock; ++i) {
+          dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(p[i] * inverse), -127.f, 127.f));
+        }
+        std::fill_n(dx8.get() + (g * nb2 + b) * 8, 8, d);
+      }
+    }
+  }
+};
+
+// Blocks b and b + 1 of a row of W as 64 bytes in value order (block b's 32, then block b + 1's), and their scales
+// [d_b x8, d_b1 x8]; `one` (b + 1 == nb) reads block b only, the rest zero.
+template <Scheme S>
+SPECJAX_VNNI inline __m512i LoadPair(const uint8_t* p, bool one) {
+  if constexpr (IsQ4(S)) {
+    const __m256i raw = one ? _mm256_maskz_loadu_epi8(0xFFFF, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i mask = _mm256_set1_epi8(0xF);
+    const __m256i lo = _mm256_and_si256(raw, mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // lo_b lo_b1 hi_b hi_b1
+    return _mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0));             // lo_b hi_b lo_b1 hi_b1
+  } else {
+    return one ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, p) : _mm512_loadu_si512(p);
+  }
+}
+
+// y[0:G, n:n+R] on the int8-activation path (scales in d [R, nbp], offsets in m as RegTile takes them).
+template <Scheme S, int G, int R>
+SPECJAX_VNNI void VnniTile(const Call& c, const Int8Activations& a, int64_t n, const float* d, const float* m,
+                           const float* row_scales) {
+  const int64_t nbp = c.nbp, bb = BlockBytes(S), nb2 = a.nb2;
+  const uint8_t* rows = c.q + n * c.row_bytes;
+  const uint8_t* ahead = rows + kPrefetchRows * c.row_bytes;
+  const __m512i pair_index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[G][R];
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) acc[g][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < c.nb; b += 2) {
+    if (((b * bb) & 63) == 0) {
+      for (int r = 0; r < R; ++r) {
+        Prefetch(c, ahead + r * c.row_bytes + b * bb);
+        if (bb == kBlock) Prefetch(c, ahead + r * c.row_bytes + b * bb + 32);
+      }
+    }
+    const bool one = b + 1 == c.nb;
+    for (int r = 0; r < R; ++r) {
+      const __m512i w = LoadPair<S>(rows + r * c.row_bytes + b * bb, one);
+      __m512i magnitude = w;
+      __mmask64 negative = 0;
+      if constexpr (!IsQ4(S)) {  // signed weights: |w| times x with w's sign (x is never -128)
+        magnitude = _mm512_abs_epi8(w);
+        negative = _mm512_movepi8_mask(w);
+      }
+      __m512 scale = _mm512_set1_ps(1.f);
+      if constexpr (S != kInt8) {
+        const __m128 pair = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(d + r * nbp + b)));
+        scale = _mm512_permutexvar_ps(pair_index, _mm512_castps128_ps512(pair));
+      }
+      for (int g = 0; g < G; ++g) {
+        __m512i xg = _mm512_loadu_si512(a.xq.get() + (g * nb2 + b) * kBlock);
+        if constexpr (!IsQ4(S)) xg = _mm512_mask_sub_epi8(xg, negative, _mm512_setzero_si512(), xg);
+        const __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), magnitude, xg);
+        const __m512 dx = _mm512_loadu_ps(a.dx8.get() + (g * nb2 + b) * 8);
+        acc[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(scale, dx), acc[g][r]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int r = 0; r < R; ++r) {
+      float offset = 0.f;
+      if constexpr (IsQ4(S)) {
+        __m256 o = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nbp; b += 8) {
+          o = _mm256_fmadd_ps(_mm256_loadu_ps(m + r * nbp + b), _mm256_loadu_ps(c.xsum + g * nbp + b), o);
+        }
+        offset = HorizontalSum(o);
+      }
+      const float dot = _mm512_reduce_add_ps(acc[g][r]);
+      c.y[g * c.n_dim + n + r] = (S == kInt8 ? dot * row_scales[r] : dot) + offset;
+    }
+  }
+}
+
+template <Scheme S, int G>
+SPECJAX_VNNI void VnniChunk(const Call& c, const Int8Activations& a, int64_t n0, int64_t n1) {
+  Scratch s(c);
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    s.Load<S>(c, n, 4);
+    VnniTile<S, G, 4>(c, a, n, s.d, s.Offsets(S), s.row_scales);
+  }
+  for (; n < n1; ++n) {
+    s.Load<S>(c, n, 1);
+    VnniTile<S, G, 1>(c, a, n, s.d, s.Offsets(S), s.row_scales);
+  }
+}
+
 // Tile path: rows n..n+R-1 of W as floats into out [R, K].
 template <Scheme S>
 void Dequantize(const Call& c, int64_t n, int rows_in_tile, const Scratch& s, float* out) {
@@ -283,6 +407,14 @@ void TileChunk(const Call& c, int64_t n0, int64_t n1) {
 
 template <Scheme S>
 void Chunk(const Call& c, int64_t n0, int64_t n1) {
+  if (c.int8_x != nullptr) {
+    switch (c.m_rows) {
+      case 1: return VnniChunk<S, 1>(c, *c.int8_x, n0, n1);
+      case 2: return VnniChunk<S, 2>(c, *c.int8_x, n0, n1);
+      case 3: return VnniChunk<S, 3>(c, *c.int8_x, n0, n1);
+      case 4: return VnniChunk<S, 4>(c, *c.int8_x, n0, n1);
+    }
+  }
   switch (c.m_rows) {
     case 1: return RegChunk<S, 1>(c, n0, n1);
     case 2: return RegChunk<S, 2>(c, n0, n1);
@@ -302,99 +434,6 @@ void RunChunk(const Call& c, int64_t n0, int64_t n1) {
   }
 }
 
-// Helper threads of this library's own for the products' chunks. XLA's intra-op pool threads sleep between the
-// kernels of a decode step, and on this project's 2-vCPU VM a sleeping one starts a scheduled task 0.1-0.4 ms
-// later (measured: 350 us on average around 576x576 products that take 40-70 us), so ParallelFor's helper would
-// find the work done and every product would run on one core. These threads spin (yielding the core to any other
-// runnable thread) for kSpinTime after each job before they sleep, so within a step's stream of products they
-// join a call within a microsecond or two.
-class Helpers {
- public:
-  static Helpers& Get() {
-    static Helpers* helpers = new Helpers(static_cast<int>(std::thread::hardware_concurrency()) - 1);  // never freed
-    return *helpers;
-  }
-
-  int count() const { return count_; }
-
-  // Runs run(c) for every c in [0, n_chunks) on the calling thread and the helpers, and returns once all are done
-  // and no helper holds the job any more; false (nothing run) while another call has the helpers.
-  bool Run(int64_t n_chunks, const std::function<void(int64_t)>& run) {
-    bool idle = false;
-    if (!busy_.compare_exchange_strong(idle, true)) return false;
-    Job job;
-    job.run = &run;
-    job.n_chunks = n_chunks;
-    job_.store(&job);
-    generation_.fetch_add(1);
-    if (sleepers_.load() > 0) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      wake_.notify_all();
-    }
-    job.Drain();
-    job_.store(nullptr);  // a helper that has not taken the job yet finds none
-    for (int spins = 0; job.finished.load(std::memory_order_acquire) < n_chunks || active_.load() != 0;) {
-      if (++spins < 4096) {
-        _mm_pause();
-      } else {
-        std::this_thread::yield();
-      }
-    }
-    busy_.store(false);
-    return true;
-  }
-
- private:
-  static constexpr std::chrono::microseconds kSpinTime{1000};
-
-  struct Job {
-    const std::function<void(int64_t)>* run;
-    int64_t n_chunks;
-    std::atomic<int64_t> next{0}, finished{0};
-    void Drain() {
-      for (int64_t c = next.fetch_add(1); c < n_chunks; c = next.fetch_add(1)) {
-        (*run)(c);
-        finished.fetch_add(1, std::memory_order_release);
-      }
-    }
-  };
-
-  explicit Helpers(int count) : count_(std::max(0, count)) {
-    for (int i = 0; i < count_; ++i) std::thread([this] { Loop(); }).detach();
-  }
-
-  void Loop() {
-    uint64_t seen = generation_.load();
-    for (;;) {
-      auto last = std::chrono::steady_clock::now();
-      for (int spins = 1; generation_.load() == seen; ++spins) {
-        _mm_pause();
-        if (spins % 16 != 0) continue;
-        std::this_thread::yield();
-        if (std::chrono::steady_clock::now() - last < kSpinTime) continue;
-        std::unique_lock<std::mutex> lock(mutex_);
-        sleepers_.fetch_add(1);
-        wake_.wait(lock, [&] { return generation_.load() != seen; });
-        sleepers_.fetch_sub(1);
-      }
-      seen = generation_.load();
-      // active_ is raised before job_ is read: a caller that has cleared job_ and then sees active_ at zero knows
-      // that no helper can still reach its job (all sequentially consistent).
-      active_.fetch_add(1);
-      if (Job* job = job_.load()) job->Drain();
-      active_.fetch_sub(1);
-    }
-  }
-
-  const int count_;
-  std::atomic<bool> busy_{false};
-  std::atomic<Job*> job_{nullptr};
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> active_{0}, sleepers_{0};
-  std::mutex mutex_;
-  std::condition_variable wake_;
-};
-
 // xsum[m, b] = scale * sum of x[m, 32 b : 32 b + 32], zero for b >= nb.
 void BlockSums(const float* x, int64_t m_rows, int64_t k_dim, int64_t nb, int64_t nbp, float scale, float* xsum) {
   for (int64_t m = 0; m < m_rows; ++m) {
@@ -412,8 +451,13 @@ void BlockSums(const float* x, int64_t m_rows, int64_t k_dim, int64_t nb, int64_
 }
 
 ffi::Error Quantized(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer q, ffi::Buffer<ffi::F16> scale,
-                     ffi::Buffer<ffi::F16> minimum, ffi::ResultBuffer<ffi::F32> y, int64_t scheme) {
+                     ffi::Buffer<ffi::F16> minimum, ffi::ResultBuffer<ffi::F32> y, int64_t scheme,
+                     bool int8_activations) {
   if (scheme < kInt8 || scheme > kQ4_1) return ffi::Error::InvalidArgument("specjax_cpu_quant: unknown scheme");
+  static const bool has_vnni = CpuHasVnni();
+  if (int8_activations && !has_vnni) {
+    return ffi::Error::InvalidArgument("specjax_cpu_quant: int8 activations need AVX-512 VNNI");
+  }
   const Scheme s = static_cast<Scheme>(scheme);
   const auto xd = x.dimensions(), qd = q.dimensions(), sd = scale.dimensions(), md = minimum.dimensions();
   if (xd.size() != 2 || qd.size() != 2 || sd.size() != 2) {
@@ -459,23 +503,20 @@ ffi::Error Quantized(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuff
     BlockSums(c.x, m_rows, k_dim, nb, c.nbp, s == kQ4_0 ? -8.f : 1.f, xsum.get());
   }
   c.xsum = xsum.get();
+  std::unique_ptr<Int8Activations> int8_x;
+  if (int8_activations && m_rows <= kMaxRegRows) int8_x.reset(new Int8Activations(c.x, m_rows, k_dim, nb));
+  c.int8_x = int8_x.get();
   // Chunks of at least kMinChunkWork, a multiple of the threads, at most four per thread.
-  Helpers& helpers = Helpers::Get();
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), helpers.count() + 1));
+  const int64_t threads = specjax::KernelThreads(pool);
   const int64_t work = n_dim * k_dim * (m_rows + 1) / 2;
   int64_t n_chunks = std::min<int64_t>(4 * threads, work / kMinChunkWork);
   n_chunks = n_chunks < threads ? (n_chunks < 2 ? 1 : n_chunks) : n_chunks / threads * threads;
   const int64_t rows_per_chunk = ((n_dim + n_chunks - 1) / n_chunks + 3) & ~int64_t{3};
   n_chunks = (n_dim + rows_per_chunk - 1) / rows_per_chunk;
-  const std::function<void(int64_t)> run = [&c, rows_per_chunk](int64_t chunk) {
+  specjax::Parallel(pool, n_chunks, threads, [&c, rows_per_chunk](int64_t chunk) {
     const int64_t n0 = chunk * rows_per_chunk;
     RunChunk(c, n0, std::min(c.n_dim, n0 + rows_per_chunk));
-  };
-  if (n_chunks == 1 || threads == 1) {
-    for (int64_t chunk = 0; chunk < n_chunks; ++chunk) run(chunk);
-  } else if (!helpers.Run(n_chunks, run)) {
-    specjax::ParallelFor(pool, n_chunks, threads, run);  // another call holds the helpers
-  }
+  });
   return ffi::Error::Success();
 }
 
@@ -489,4 +530,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxCpuQuant, Quantized,
                                   .Arg<ffi::Buffer<ffi::F16>>()
                                   .Arg<ffi::Buffer<ffi::F16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int64_t>("scheme"));
+                                  .Attr<int64_t>("scheme")
+                                  .Attr<bool>("int8_activations"));

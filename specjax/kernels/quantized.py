@@ -3,9 +3,15 @@
 CPU kernel (`cpu_quant.cc`): 1..32 float32 rows in a program lowered for CPU, while the kernels are on
 (`specjax.kernels.linear.kernels_enabled()`, the switch the fp32 kernel uses): each weight row is read once and
 dequantized in registers, so a step streams the quantized bytes only (int8 about 1/4 of fp32's, q4_1 about 1/6).
-XLA path (everything else: other platforms, prefill-sized blocks, the kernels off): W dequantized in the program,
-then one dot. Quantized weights are frozen: neither path has a gradient with respect to them.
+With AVX-512 VNNI and 1..4 rows (decoding), the kernel also rounds x to int8 per block of 32 (its own scale) and
+takes integer dot products, as llama.cpp does for these blocks: 3-4x fewer instructions, not exact in x (about
+1/254 of a block's largest value per element); `int8_activations()` says whether it does (SPECJAX_INT8_ACTIVATIONS=0
+turns it off). XLA path (everything else: other platforms, prefill-sized blocks, the kernels off): W dequantized in
+the program, then one dot. Quantized weights are frozen: neither path has a gradient with respect to them.
 """
+
+import os
+
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +29,15 @@ def _xla_quantized_dense(x, w: QuantizedWeight):
   return jnp.einsum("...k,nk->...n", x.astype(jnp.float32), dequantize(w, jnp.float32))
 
 
+MAX_INT8_ACTIVATION_ROWS = 4  # cpu_quant.cc's kMaxRegRows: more rows take its float tile path
+
+
+def int8_activations() -> bool:
+  """Whether the CPU kernel rounds 1..4 rows of x to int8 blocks (AVX-512 VNNI here, not turned off), at trace
+  time."""
+  return build.has_avx512_vnni() and os.environ.get("SPECJAX_INT8_ACTIVATIONS", "1") != "0"
+
+
 def applies(x_NxK, w: QuantizedWeight) -> bool:
   """Whether `quantized_dense` takes the CPU kernel for these operands (at trace time)."""
   if w.scheme not in _SCHEME_IDS or w.q.ndim != 2 or w.scale.ndim != 2:
@@ -37,7 +52,8 @@ def applies(x_NxK, w: QuantizedWeight) -> bool:
 def _kernel_call(x_MxK, q, scale, minimum, scheme: str):
   out = jax.ShapeDtypeStruct((x_MxK.shape[0], q.shape[0]), jnp.float32)
   return jax.ffi.ffi_call(build.QUANT_TARGET_NAME, out)(x_MxK, q, scale, minimum,
-                                                        scheme=np.int64(_SCHEME_IDS[scheme]))
+                                                        scheme=np.int64(_SCHEME_IDS[scheme]),
+                                                        int8_activations=int8_activations())
 
 
 def quantized_dense(x_NxK: jax.Array, w: QuantizedWeight) -> jax.Array:

@@ -90,3 +90,27 @@ def test_every_registered_drafter_is_a_method():
   c = _cpu()
   c.methods = registry.names()
   assert validate_config(c)["methods"] == ("ar",) + registry.names()
+
+
+def test_a_method_with_its_own_source():
+  """NAME:SOURCE runs one variant of a registered method (both quantized schemes side by side); an unknown name
+  or an empty source is refused."""
+  from configs import bench_quantized
+  from specjax.benchmark.plan import split_method
+  c = validate_config(bench_quantized.get_config())
+  assert c["methods"] == ("ar", "quantized:q4", "quantized:int8")
+  assert {x.method for x in plan(c)} == {"ar", "quantized:q4", "quantized:int8"}
+  assert split_method("quantized:int8") == ("quantized", "int8") and split_method("ar") == ("ar", None)
+  for bad in ("quantised:q4", "quantized:"):
+    config = bench_quantized.get_config()
+    config.methods = ("ar", bad)
+    with pytest.raises(ValueError, match="unknown method"):
+      validate_config(config)
+
+
+def test_the_llama_cpp_peer_needs_its_binaries(tmp_path):
+  c = bench_cpu.get_config()
+  c.peers = "llama_cpp"
+  c.llama_cpp_dir = str(tmp_path)
+  with pytest.raises(ValueError, match=r"llama_cpp_dir with llama-completion.*build_llama_cpp\.sh"):
+    validate_config(c)

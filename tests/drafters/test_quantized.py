@@ -98,3 +98,29 @@ def test_smollm2_speculative_greedy_equals_greedy(smollm2_model, smollm2_drafts,
                             drafter=smollm2_drafts[scheme], k=k, stop_at_eos=False)
   assert result.tokens == smollm2_greedy[batch]
   assert result.stats.acceptance_rate > 0.5
+
+
+def test_starts_from_the_targets_prompt_cache(target):
+  """A draft of the target's own architecture starts from the target's keys and values for the prompt (no prefill
+  through the quantized weights); one of another shape prefills its own."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from specjax import engine
+  from specjax.host import prepare
+
+  def drafter_state(drafter):
+    batch = prepare(target, [[1, 2, 3, 4, 5]], max_new_tokens=4, drafter=drafter, k=2)
+    state = engine.prefill_for(target.params, jnp.asarray(batch.tokens_BxS), jnp.asarray(batch.prompt_len_B),
+                               jnp.asarray(batch.max_new_B), jax.random.key(0), spec=batch.spec)
+    return state, engine.init_drafter(drafter, drafter.params(), state, jnp.asarray(batch.prompt_len_B),
+                                      batch.spec.prompt_bucket).draft_state
+
+  state, cache = drafter_state(QuantizedDraft.from_model(target, "int8"))
+  np.testing.assert_array_equal(np.asarray(cache.k), np.asarray(state.cache.k))
+  np.testing.assert_array_equal(np.asarray(cache.v), np.asarray(state.cache.v))
+
+  shallow = specjax.init_model(CONFIG.replace(n_layers=1), seed=5)
+  state, cache = drafter_state(QuantizedDraft.from_model(shallow, "int8"))
+  assert cache.k.shape[0] == 1 and cache.k.shape[1:] == state.cache.k.shape[1:]
+  assert float(jnp.abs(cache.k[0, :, :5]).sum()) > 0  # its own prefill wrote the prompt

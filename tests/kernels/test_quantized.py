@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specjax.kernels import build, linear
-from specjax.kernels.quantized import applies, quantized_dense
+from specjax.kernels.quantized import MAX_INT8_ACTIVATION_ROWS, applies, int8_activations, quantized_dense
 from specjax.kernels.qweight import SCHEMES, QuantizedWeight
 
 needs_kernel = pytest.mark.skipif(not build.registered(),
@@ -34,28 +34,51 @@ def _weight(rng, scheme, n, k):
 
 
 def _reference(w: QuantizedWeight):
-  """W [N, K] in float64, straight from qweight.py's table, and the magnitudes the kernel adds up per value."""
+  """W [N, K] in float64 straight from qweight.py's table, as the part the kernel multiplies by x's integers and
+  the 4-bit offsets it multiplies by x's block sums: (integer part, offsets)."""
   q, scale = np.asarray(w.q), np.asarray(w.scale).astype(np.float64)
   n, k = w.shape
   d = np.repeat(scale, k // scale.shape[1], axis=1)
   if w.scheme in ("int8", "q8_0"):
-    values = q.astype(np.float64)
-    return values * d, np.abs(values * d)
+    return q.astype(np.float64) * d, np.zeros((n, k))
   blocks = q.reshape(n, k // 32, 16)
   nibbles = np.concatenate([blocks & 0xF, blocks >> 4], axis=2).reshape(n, k).astype(np.float64)
   if w.scheme == "q4_0":
-    return (nibbles - 8) * d, (nibbles + 8) * np.abs(d)
-  m = np.repeat(np.asarray(w.minimum).astype(np.float64), 32, axis=1)
-  return nibbles * d + m, np.abs(nibbles * d) + np.abs(m)
+    return nibbles * d, -8 * d
+  return nibbles * d, np.repeat(np.asarray(w.minimum).astype(np.float64), 32, axis=1)
 
 
-def _check(got, x, w):
-  exact, magnitude = _reference(w)
-  x64 = np.asarray(x, np.float64).reshape(-1, w.shape[1])
-  expected = (x64 @ exact.T).reshape(got.shape)
-  bound = 2e-6 * (np.abs(x64) @ magnitude.T).reshape(got.shape) + 1e-30
+def _int8_blocks(x):
+  """x [M, K] float32 rounded as the kernel's int8-activation path does (float32 arithmetic), back as float64."""
+  blocks = x.reshape(x.shape[0], -1, 32)
+  d = (np.max(np.abs(blocks), axis=2, keepdims=True) / np.float32(127)).astype(np.float32)
+  inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+  xq = np.clip(np.rint(blocks * inverse), -127, 127)
+  return (xq.astype(np.float64) * d).reshape(x.shape)
+
+
+def _check(got, x, w, kernel: bool = True):
+  """got against the reference; `kernel`: got came from the CPU kernel (its int8-activation path for 1..4 rows
+  when `int8_activations()`), else from the XLA path."""
+  integer, offsets = _reference(w)
+  x32 = np.asarray(x, np.float32).reshape(-1, w.shape[1])
+  x64 = x32.astype(np.float64)
+  rounded = (_int8_blocks(x32) if kernel and int8_activations() and len(x32) <= MAX_INT8_ACTIVATION_ROWS
+             else x64)
+  expected = (rounded @ integer.T + x64 @ offsets.T).reshape(got.shape)
+  bound = 2e-6 * (np.abs(rounded) @ np.abs(integer).T + np.abs(x64) @ np.abs(offsets).T).reshape(got.shape) + 1e-30
   error = np.abs(np.asarray(got, np.float64) - expected)
   assert np.all(error <= bound), f"worst error / bound {np.max(error / bound):.3g}"
+
+
+@pytest.fixture(params=["int8", "float"])
+def activations(request, monkeypatch):
+  """Both register paths of the kernel: int8 activations (where the CPU has VNNI) and float ones."""
+  if request.param == "int8" and not build.has_avx512_vnni():
+    pytest.skip("no AVX-512 VNNI on this CPU")
+  monkeypatch.setenv("SPECJAX_INT8_ACTIVATIONS", "1" if request.param == "int8" else "0")
+  assert int8_activations() == (request.param == "int8")
+  return request.param
 
 
 def _jit():
@@ -70,7 +93,7 @@ def _lowered(x, w) -> str:
 @needs_kernel
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("n_dim,k_dim", SHAPES)
-def test_kernel_matches_the_float64_reference(scheme, n_dim, k_dim):
+def test_kernel_matches_the_float64_reference(scheme, n_dim, k_dim, activations):
   """Every row count the kernel takes (1-4 on the register path, 5-32 on the tile path), x of both signs and of
   large magnitude."""
   rng = np.random.default_rng(zlib.crc32(f"{scheme} {n_dim} {k_dim}".encode()))
@@ -86,7 +109,7 @@ def test_kernel_matches_the_float64_reference(scheme, n_dim, k_dim):
 
 @needs_kernel
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_leading_dimensions_and_a_loop_body(scheme):
+def test_leading_dimensions_and_a_loop_body(scheme, activations):
   """x [B, T, K] is B * T rows; the kernel in a `lax.scan` body and a `lax.while_loop` gives the same products."""
   rng = np.random.default_rng(1)
   w = _weight(rng, scheme, 70, 128)
@@ -120,7 +143,7 @@ def test_outside_the_kernel_range_is_the_xla_path(scheme):
   w = _weight(rng, scheme, 45, 96)
   x33 = rng.standard_normal((33, 96)).astype(np.float32)
   assert not applies(x33, w) and build.QUANT_TARGET_NAME not in _lowered(x33, w)
-  _check(_jit()(x33, w), x33, w)
+  _check(_jit()(x33, w), x33, w, kernel=False)
   x_bf16 = jnp.asarray(x33[:4], jnp.bfloat16)
   assert build.QUANT_TARGET_NAME not in _lowered(x_bf16, w)
   x4 = x33[:4]
@@ -128,8 +151,8 @@ def test_outside_the_kernel_range_is_the_xla_path(scheme):
   with linear.use_kernels(False):
     assert not applies(x4, w) and build.QUANT_TARGET_NAME not in _lowered(x4, w)
     off = _jit()(x4, w)
-  _check(off, x4, w)
-  np.testing.assert_allclose(np.asarray(kernel), np.asarray(off), rtol=1e-5, atol=1e-5)
+  _check(off, x4, w, kernel=False)
+  _check(kernel, x4, w)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -139,7 +162,7 @@ def test_xla_path_matches_the_float64_reference(scheme):
   w = _weight(rng, scheme, 13, 64)
   x = rng.standard_normal((3, 64)).astype(np.float32)
   with linear.use_kernels(False):
-    _check(_jit()(x, w), x, w)
+    _check(_jit()(x, w), x, w, kernel=False)
 
 
 @needs_kernel
