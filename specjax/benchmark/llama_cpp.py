@@ -12,7 +12,7 @@ from specjax.benchmark import metrics
 
 IMPLEMENTATION = "llama_cpp"
 BINARIES = ("llama-completion", "llama-speculative", "llama-quantize")
-_EVAL = re.compile(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs")
+_EVAL = re.compile(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs")
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _COUNTS = {name: re.compile(rf"{name}\s*=\s*(\d+)") for name in ("n_drafted", "n_accept")}
 
@@ -30,7 +30,7 @@ def check_dir(directory: str) -> str:
 
 def parse_completion(log: str) -> tuple[int, float]:
   """(tokens decoded, seconds) from llama-completion's timings: the last 'eval time' line (not the prompt's)."""
-  found = [m for m in _EVAL.finditer(log) if "prompt eval" not in log[max(0, m.start() - 8):m.start()]]
+  found = list(_EVAL.finditer(log))
   if not found:
     raise RuntimeError(f"no 'eval time' line in llama-completion's output: {log[-800:]}")
   return int(found[-1].group(2)), float(found[-1].group(1)) / 1e3

@@ -19,7 +19,7 @@ import jaxlib
 
 _HERE = os.path.dirname(__file__)
 SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_attention.cc", "cpu_quant.cc"))
-HEADERS = tuple(os.path.join(_HERE, name) for name in ("parallel.h",))
+HEADERS = (os.path.join(_HERE, "parallel.h"),)
 TARGET_NAME = "specjax_cpu_linear"
 ATTENTION_TARGET_NAME = "specjax_cpu_attention"
 QUANT_TARGET_NAME = "specjax_cpu_quant"

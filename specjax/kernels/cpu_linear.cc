@@ -40,26 +40,16 @@ SPECJAX_AVX512 void RowsNNGroup(const float* x, const float* w, float* acc, int6
     __m512 a[G][4];
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < 4; ++i) a[g][i] = _mm512_set1_ps(x[g * k_dim + k + i * stride]);
-    for (int64_t j = 0; j < vec_end; j += 16) {
-      const __m512 v0 = _mm512_loadu_ps(w0 + j), v1 = _mm512_loadu_ps(w1 + j);
-      const __m512 v2 = _mm512_loadu_ps(w2 + j), v3 = _mm512_loadu_ps(w3 + j);
+    for (int64_t j = 0; j < width; j += 16) {
+      const __mmask16 lanes = j < vec_end ? __mmask16{0xFFFF} : tail;
+      const __m512 v0 = _mm512_maskz_loadu_ps(lanes, w0 + j), v1 = _mm512_maskz_loadu_ps(lanes, w1 + j);
+      const __m512 v2 = _mm512_maskz_loadu_ps(lanes, w2 + j), v3 = _mm512_maskz_loadu_ps(lanes, w3 + j);
       for (int g = 0; g < G; ++g) {
         float* y = acc + g * width + j;
-        __m512 p = _mm512_fmadd_ps(a[g][0], v0, _mm512_loadu_ps(y)), q = _mm512_mul_ps(a[g][1], v1);
+        __m512 p = _mm512_fmadd_ps(a[g][0], v0, _mm512_maskz_loadu_ps(lanes, y)), q = _mm512_mul_ps(a[g][1], v1);
         p = _mm512_fmadd_ps(a[g][2], v2, p);
         q = _mm512_fmadd_ps(a[g][3], v3, q);
-        _mm512_storeu_ps(y, _mm512_add_ps(p, q));
-      }
-    }
-    if (tail) {
-      const __m512 v0 = _mm512_maskz_loadu_ps(tail, w0 + vec_end), v1 = _mm512_maskz_loadu_ps(tail, w1 + vec_end);
-      const __m512 v2 = _mm512_maskz_loadu_ps(tail, w2 + vec_end), v3 = _mm512_maskz_loadu_ps(tail, w3 + vec_end);
-      for (int g = 0; g < G; ++g) {
-        float* y = acc + g * width + vec_end;
-        __m512 p = _mm512_fmadd_ps(a[g][0], v0, _mm512_maskz_loadu_ps(tail, y)), q = _mm512_mul_ps(a[g][1], v1);
-        p = _mm512_fmadd_ps(a[g][2], v2, p);
-        q = _mm512_fmadd_ps(a[g][3], v3, q);
-        _mm512_mask_storeu_ps(y, tail, _mm512_add_ps(p, q));
+        _mm512_mask_storeu_ps(y, lanes, _mm512_add_ps(p, q));
       }
     }
   }
@@ -88,15 +78,13 @@ bool CpuHasAvx512() {
   return __builtin_cpu_supports("avx512f");
 }
 
-// acc[M, n0:n1] += x[M, k0:k1] @ W[k0:k1, n0:n1] for W [K, N]. The rows k0:k1 are cut into four quarters read
+// The four-stream part of RowsNN with AVX2 for W [K, N]. The rows k0:k1 are cut into four quarters read
 // side by side, one row of each per pass over the accumulator: four long front-to-back streams (four adjacent rows
 // at a time read about 20% slower); two rows of x share each load of W.
-void RowsNN(const float* x, const float* w, float* acc, int64_t m_rows, int64_t k_dim, int64_t n_dim, int64_t k0,
-            int64_t k1, int64_t n0, int64_t n1) {
-  const int64_t width = n1 - n0, vec_end = width & ~int64_t{7};
-  const int64_t stride = (k1 - k0) / 4;  // rows between the four streams
-  static const bool avx512 = CpuHasAvx512();
-  for (int64_t k = avx512 ? k0 + stride : k0; k < k0 + stride; ++k) {
+void RowsNNPairs(const float* x, const float* w, float* acc, int64_t m_rows, int64_t k_dim, int64_t n_dim,
+                 int64_t width, int64_t k0, int64_t stride, int64_t n0) {
+  const int64_t vec_end = width & ~int64_t{7};
+  for (int64_t k = k0; k < k0 + stride; ++k) {
     const float* w0 = w + k * n_dim + n0;
     const float* w1 = w0 + stride * n_dim;
     const float* w2 = w1 + stride * n_dim;
@@ -143,7 +131,16 @@ void RowsNN(const float* x, const float* w, float* acc, int64_t m_rows, int64_t 
       for (int64_t j = vec_end; j < width; ++j) ya[j] += xa[0] * w0[j] + xa[stride] * w1[j] + xa[2 * stride] * w2[j] + xa[3 * stride] * w3[j];
     }
   }
-  if (avx512) RowsNNWide(x, w, acc, m_rows, k_dim, n_dim, width, k0, stride, n0);
+}
+
+// acc[M, n0:n1] += x[M, k0:k1] @ W[k0:k1, n0:n1]: the four streams (RowsNNWide with AVX-512, else RowsNNPairs),
+// then the rows of k0:k1 left over after four equal quarters.
+void RowsNN(const float* x, const float* w, float* acc, int64_t m_rows, int64_t k_dim, int64_t n_dim, int64_t k0,
+            int64_t k1, int64_t n0, int64_t n1) {
+  const int64_t width = n1 - n0;
+  const int64_t stride = (k1 - k0) / 4;  // rows between the four streams
+  static const bool avx512 = CpuHasAvx512();
+  (avx512 ? RowsNNWide : RowsNNPairs)(x, w, acc, m_rows, k_dim, n_dim, width, k0, stride, n0);
   for (int64_t k = k0 + 4 * stride; k < k1; ++k) {
     const float* wk = w + k * n_dim + n0;
     for (int64_t m = 0; m < m_rows; ++m) {
