@@ -11,6 +11,8 @@ def get_config():
   c = ml_collections.ConfigDict()
   c.model = "smollm2-135m"        # a known model name, a .gguf file, an HF or specjax directory, or "random"
   c.dtype = ""                     # "" keeps the checkpoint's dtype (float32 for GGUF)
+  c.weights = "float"              # the target's weights: "float", or "q4" / "int8" (load_model's quantized target;
+                                   # the llama.cpp peer then runs the file itself / its Q8_0 copy as its target)
   c.random_model = ml_collections.ConfigDict(dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                                                   ffn_dim=128, max_seq_len=1024))  # used when model == "random"
   c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip")  # + "medusa", "feature_head" once trained

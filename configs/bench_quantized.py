@@ -1,5 +1,6 @@
-"""The quantized self-draft (issue 18) on SmolLM2-135M: the target's own weights as q4_1 and int8 drafts against
-autoregressive decoding, greedy and temperature 1, K 2 and 4, batch 1 and 2, every category; paired calls and
+"""The quantized self-draft (issue 18) on SmolLM2-135M: the target's own weights as q4 (q4_1 linears, q8_0
+embedding: on SmolLM2 exactly the GGUF's own blocks, llama.cpp's draft) and int8 drafts against autoregressive
+decoding, greedy and temperature 1, K 2 and 4, batch 1 and 2, every category; paired calls and
 phase split at batch 1 (draft cost c, verification cost against one position).
 
   python scripts/benchmark.py --config=configs/bench_quantized.py [--config.peers=llama_cpp \\

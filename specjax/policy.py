@@ -5,10 +5,12 @@ than one step (large batches). `SpeculationPolicy` puts one branch per candidate
 autoregressive steps) in the compiled loop. Each round it estimates the per-position acceptance alpha (an
 exponential average of accepted / tested drafts over active rows) and takes the branch with the most expected
 tokens per unit of time, E(alpha, K) / cost(K), where cost(K) is the measured time of a round at that K over
-the time of an autoregressive step (`specjax.calibration`). It starts small (the first round drafts with the
-smallest K, when the prior acceptance says speculation pays at all) and, while speculation does not pay, probes
-with the smallest K so that a drafter that starts to match again (e.g. prompt lookup reaching quoted text) is
-noticed. Probes are spaced so that failed ones cost at most `probe_budget` of the autoregressive time: a probe
+the time of an autoregressive step (`specjax.calibration`). It starts small: the first round drafts with the
+smallest K whatever the prior says (a probe, within the probe budget below), and that round's acceptance replaces
+the prior; a drafter that matches almost always (the target's own quantized weights) is then at its best K from
+the second round, where a prior of 0.5 against a K=1 round of 1.6 steps would have kept it autoregressive until
+its first probe. While speculation does not pay, it probes with the smallest K so that a drafter that starts to
+match again (e.g. prompt lookup reaching quoted text) is noticed. Probes are spaced so that failed ones cost at most `probe_budget` of the autoregressive time: a probe
 loses cost(K_min) - 1 steps, so the first comes after (cost(K_min) - 1) / probe_budget autoregressive rounds
 (at least `probe_interval`), the spacing doubles after each failed probe, and no probe runs once fewer than
 (cost(K_min) - 1) / probe_budget tokens are left to generate.
@@ -66,6 +68,7 @@ class PolicyState:
   """What the policy learns during one generation."""
 
   alpha: jax.Array            # acceptance estimate (scalar)
+  measured: jax.Array         # whether a round has tested drafts yet (before: alpha is the prior)
   ar_streak: jax.Array        # autoregressive rounds since the last speculative one
   interval: jax.Array         # autoregressive rounds before the next probe
 
@@ -86,7 +89,7 @@ class PolicyInputs:
 
 def init_policy_state(policy: SpeculationPolicy, round_cost_N=None) -> PolicyState:
   """The state before the first round; with round_cost_N, the first probe waits until its cost fits the budget."""
-  return PolicyState(alpha=jnp.float32(policy.prior_alpha), ar_streak=jnp.int32(0),
+  return PolicyState(alpha=jnp.float32(policy.prior_alpha), measured=jnp.bool_(False), ar_streak=jnp.int32(0),
                      interval=first_probe_interval(policy, round_cost_N))
 
 
@@ -113,7 +116,7 @@ def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, inputs: Policy
   ks_N = jnp.asarray(policy.branch_ks, jnp.float32)
   value_N = expected_tokens(pstate.alpha, ks_N) / round_cost_N
   best = jnp.argmax(value_N).astype(jnp.int32)
-  probe = (best == 0) & (pstate.ar_streak >= pstate.interval)
+  probe = (best == 0) & ((pstate.ar_streak >= pstate.interval) | (round_index == 0))
   if tokens_left is not None:
     probe = probe & (tokens_left * policy.probe_budget >= round_cost_N[1] - 1.0)
   start_small = (round_index == 0) & (best > 0)
@@ -129,11 +132,12 @@ def update_policy_state(policy: SpeculationPolicy, pstate: PolicyState, branch, 
   accepted = jnp.sum(jnp.where(active_B, n_accepted_B, 0))
   observed = accepted / jnp.maximum(tested, 1)
   speculative = (k_used > 0) & (tested > 0)
-  alpha = jnp.where(speculative, (1 - policy.smoothing) * pstate.alpha + policy.smoothing * observed, pstate.alpha)
+  smoothed = jnp.where(pstate.measured, (1 - policy.smoothing) * pstate.alpha + policy.smoothing * observed, observed)
+  alpha = jnp.where(speculative, smoothed, pstate.alpha)
   was_probe = speculative & (pstate.ar_streak >= pstate.interval)
   interval = jnp.where(was_probe & (observed < 0.5),
                        jnp.minimum(2 * pstate.interval, policy.max_probe_interval), pstate.interval)
   interval = jnp.where(speculative & (observed >= 0.5), first_probe_interval(policy, round_cost_N), interval)
   ar_streak = jnp.where(branch == 0, pstate.ar_streak + 1, 0)
-  return pstate.replace(alpha=alpha.astype(jnp.float32), ar_streak=ar_streak.astype(jnp.int32),
-                        interval=interval.astype(jnp.int32))
+  return pstate.replace(alpha=alpha.astype(jnp.float32), measured=pstate.measured | speculative,
+                        ar_streak=ar_streak.astype(jnp.int32), interval=interval.astype(jnp.int32))

@@ -14,7 +14,7 @@ import numpy as np
 from flax import nnx
 
 from specjax.config import ModelConfig
-from specjax.kernels.qweight import BLOCK, QuantizedWeight, dequantize
+from specjax.kernels.qweight import BLOCK, QuantizedWeight, abstract_weight, dequantize
 from specjax.model import Model, _dotted, model_from_flat_params
 from specjax.models import get_family
 from specjax.models.qdense import QDense
@@ -25,6 +25,11 @@ SCHEME_NAMES = {"int8": "int8", "q4": "q4_1", "q8_0": "q8_0", "q4_0": "q4_0", "q
 WEIGHTS = {"float": None, "int8": "int8", "q4": "q4_1"}
 GGUF_TYPES = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
               "q4_1": gguf.GGMLQuantizationType.Q4_1}
+# A 4-bit model keeps its embedding and head (the tied head's logits decide every draft's acceptance) in 8-bit
+# blocks, as llama.cpp's Q4 files keep token_embd: on SmolLM2 a q4_1 head cost the q4 self-draft a fifth of its
+# acceptance for 12 MB fewer bytes a step.
+HEAD_SCHEMES = {"q4_0": "q8_0", "q4_1": "q8_0"}
+HEADS = ("embed", "head")
 _F16_FIELDS = {"q8_0": 1, "q4_0": 1, "q4_1": 2}  # float16 fields (d, then m for q4_1) before each block's quants
 _QUANT_BYTES = {"q8_0": BLOCK, "q4_0": BLOCK // 2, "q4_1": BLOCK // 2}
 _NO_MINIMUM = np.zeros((0,), np.float16)
@@ -138,20 +143,25 @@ def _check_shape(w: QuantizedWeight, expected: tuple, name: str, where: str) -> 
     raise ValueError(f"quantized weight {name}{where} has shape {tuple(w.shape)}, expected {tuple(expected)}")
 
 
+def weight_scheme(scheme: str, name: str) -> str:
+  """The scheme a model quantized to `scheme` stores its weight `name` (a dotted module path) in: `scheme`, except
+  the embedding and head of a 4-bit model (HEAD_SCHEMES)."""
+  return HEAD_SCHEMES.get(scheme, scheme) if name in HEADS else scheme
+
+
 def quantized_model(config: ModelConfig, flat: Mapping[str, Any], scheme: str, tokenizer=None,
                     source: str = "") -> Model:
   """A Model whose linears and embedding hold QuantizedWeights, each with its own scheme.
 
   `flat` maps dotted parameter paths to float arrays (as `model_from_flat_params` takes them), except that a linear
   (`layers.0.attn.q`, `head`) or the embedding (`embed`) may instead map its module path to a QuantizedWeight
-  W [N, K], kept as it is; every linear and embedding given as floats is quantized to `scheme`."""
+  W [N, K], kept as it is; every linear and embedding given as floats is quantized to `scheme` (the embedding and
+  head of a 4-bit model to 8-bit blocks: `weight_scheme`)."""
   scheme = scheme_name(scheme)
   where = f" in {source}" if source else ""
-  family = get_family(config.family)
-  module = nnx.eval_shape(lambda: family.module(config, rngs=nnx.Rngs(0)))
+  module = _abstract_module(config)
   flat = dict(flat)
-  targets = {name: tuple(reversed(m.kernel.shape)) for name, m in _linears(module).items()}
-  targets["embed"] = tuple(module.embed.shape)
+  targets = _weight_shapes(module)
   keys = {name: name if name == "embed" else f"{name}.kernel" for name in targets}
   for name, expected in targets.items():  # every check before the first quantization
     if isinstance(flat.get(name), QuantizedWeight):
@@ -159,21 +169,51 @@ def quantized_model(config: ModelConfig, flat: Mapping[str, Any], scheme: str, t
     elif keys[name] not in flat:
       raise ValueError(f"checkpoint{where} lacks parameter {keys[name]}")
     else:
-      check_block_width(expected, scheme, name)
+      check_block_width(expected, weight_scheme(scheme, name), name)
   weights = {}
   for name in targets:
     if isinstance(flat.get(name), QuantizedWeight):
       weights[name] = flat.pop(name)
     else:
       matrix = np.asarray(flat.pop(keys[name]), np.float32)
-      weights[name] = quantize(matrix if name == "embed" else matrix.T, scheme, name)
+      weights[name] = quantize(matrix if name == "embed" else matrix.T, weight_scheme(scheme, name), name)
       _check_shape(weights[name], targets[name], name, where)
+  for name, w in weights.items():
+    flat.update({f"{name}.{field}": getattr(w, field) for field in QDense.fields(w.scheme)})
+  structure = _quantized_structure(module, {name: _abstract(w) for name, w in weights.items()})
+  return model_from_flat_params(config, flat, tokenizer=tokenizer, source=source, structure=structure)
+
+
+def abstract_quantized_params(config: ModelConfig, scheme: str):
+  """(graphdef, params as ShapeDtypeStructs) of `config`'s model with every linear and the embedding held as
+  `scheme` weights (norms and biases float), nothing allocated: what an AOT compile of a quantized draft lowers."""
+  scheme = scheme_name(scheme)
+  module = _abstract_module(config)
+  shapes = _weight_shapes(module)
+  schemes = {name: weight_scheme(scheme, name) for name in shapes}
+  for name, shape in shapes.items():
+    check_block_width(shape, schemes[name], name)
+  return _quantized_structure(module, {name: abstract_weight(shape, schemes[name]) for name, shape in shapes.items()})
+
+
+def _abstract_module(config: ModelConfig):
+  return nnx.eval_shape(lambda: get_family(config.family).module(config, rngs=nnx.Rngs(0)))
+
+
+def _weight_shapes(module) -> dict[str, tuple[int, int]]:
+  """W [N, K] of every linear (its kernel [K, N] transposed) and of the embedding [V, D], by dotted path."""
+  shapes = {name: tuple(reversed(m.kernel.shape)) for name, m in _linears(module).items()}
+  shapes["embed"] = tuple(module.embed.shape)
+  return shapes
+
+
+def _quantized_structure(module, weights: Mapping[str, QuantizedWeight]):
+  """nnx.split of the abstract `module` with the linears and embedding named in `weights` (abstract
+  QuantizedWeights) swapped for QDense modules, each keeping its bias."""
   linears = _linears(module)
   for name, w in weights.items():
-    bias = getattr(linears.get(name), "bias", None)
-    _swap(module, name, QDense(_abstract(w), bias))
-    flat.update({f"{name}.{field}": getattr(w, field) for field in QDense.fields(w.scheme)})
-  return model_from_flat_params(config, flat, tokenizer=tokenizer, source=source, structure=nnx.split(module))
+    _swap(module, name, QDense(w, getattr(linears.get(name), "bias", None)))
+  return nnx.split(module)
 
 
 def float_flat_params(model: Model) -> dict[str, Any]:
@@ -196,7 +236,8 @@ def is_quantized(model: Model) -> bool:
 
 def quantize_model(model: Model, scheme: str) -> Model:
   """`model` with every linear and the embedding (so a tied head too) quantized to `scheme` ("int8", "q4" = q4_1,
-  "q8_0", "q4_0", "q4_1"); an already quantized model is dequantized first. Norms and biases stay float."""
+  "q8_0", "q4_0", "q4_1"; a 4-bit model's embedding and head to q8_0); an already quantized model is dequantized
+  first. Norms and biases stay float."""
   if not isinstance(model, Model):
     raise TypeError(f"quantize_model expects a specjax Model, got {type(model).__name__}")
   scheme = scheme_name(scheme)

@@ -97,9 +97,13 @@ def param_shardings(mesh: Mesh, config: ModelConfig, params: nnx.State):
   return jax.tree_util.tree_map_with_path(spec_for, params)
 
 
-def abstract_sharded_params(mesh: Mesh, config: ModelConfig):
-  """(graphdef, params as ShapeDtypeStructs carrying their mesh sharding): for AOT compiles and sharded restores."""
-  graphdef, params = abstract_params(config)
+def abstract_sharded_params(mesh: Mesh, config: ModelConfig, weights: str = "float"):
+  """(graphdef, params as ShapeDtypeStructs carrying their mesh sharding): for AOT compiles and sharded restores.
+  `weights` as in `load_model`: "float" (the config's dtype), or "int8" / "q4" (every linear and the embedding
+  quantized, placed by the same rules)."""
+  from specjax.quantize import abstract_quantized_params, check_weights  # quantize imports the model families
+  scheme = check_weights(weights)
+  graphdef, params = abstract_params(config) if scheme is None else abstract_quantized_params(config, scheme)
   shardings = param_shardings(mesh, config, params)
   return graphdef, jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), params, shardings)
 

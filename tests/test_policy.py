@@ -42,9 +42,27 @@ def test_choice_follows_acceptance_and_cost():
   assert int(choose_branch(POLICY, _state(0.9), dear, 5)) == 3        # E(0.9, 4) / 3.5 = 1.17 > 1
   assert int(choose_branch(POLICY, _state(0.5), dear, 5)) == 0        # E(0.5, K) / cost(K) < 1 for every K
   assert int(choose_branch(POLICY, _state(0.9), cheap, 0)) == 1       # starts small: first round drafts with K=1
-  assert int(choose_branch(POLICY, _state(0.05), dear, 0)) == 0       # ... unless the prior says nothing pays
+  assert int(choose_branch(POLICY, _state(0.05), dear, 0)) == 1       # ... even when the prior says nothing pays
+  assert int(choose_branch(POLICY, _state(0.05), dear, 0, tokens_left=30)) == 0   # unless it exceeds the budget
   assert int(choose_branch(POLICY, _state(0.05, streak=4), dear, 9)) == 1   # probe after `interval` AR rounds
   assert int(choose_branch(POLICY, _state(0.9), _inputs([1.0, 1.1, 1.2, 1.4], forced=2), 5)) == 2
+
+
+def test_the_first_measured_round_replaces_the_prior():
+  """The prior stands only until drafts are tested: the first speculative round's acceptance is the estimate, and
+  later rounds are smoothed into it."""
+  active = jnp.ones((2,), bool)
+  first = update_policy_state(POLICY, init_policy_state(POLICY), jnp.int32(1), jnp.int32(1),
+                              jnp.ones((2,), jnp.int32), active)
+  assert bool(first.measured) and float(first.alpha) == pytest.approx(1.0)
+  costly = _inputs([1.0, 1.6, 2.0, 3.0])  # a quantized self-draft's rounds: the prior 0.5 alone would stay at K=0
+  assert int(choose_branch(POLICY, init_policy_state(POLICY), costly, 3)) == 0
+  assert int(choose_branch(POLICY, first, costly, 1)) == 3
+  second = update_policy_state(POLICY, first, jnp.int32(3), jnp.int32(4), jnp.zeros((2,), jnp.int32), active)
+  assert float(second.alpha) == pytest.approx(1.0 - POLICY.smoothing)
+  ar = update_policy_state(POLICY, init_policy_state(POLICY), jnp.int32(0), jnp.int32(0), jnp.zeros((2,), jnp.int32),
+                           active)
+  assert not bool(ar.measured) and float(ar.alpha) == pytest.approx(POLICY.prior_alpha)
 
 
 def test_failed_probes_back_off_and_success_resets():

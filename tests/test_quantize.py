@@ -11,8 +11,8 @@ import specjax
 from specjax.cache import init_cache
 from specjax.kernels.qweight import QuantizedWeight, dequantize
 from specjax.model import model_from_flat_params
-from specjax.quantize import (GGUF_TYPES, float_flat_params, from_gguf_blocks, is_quantized, quantize, quantize_model,
-                              to_gguf_blocks, weight_schemes)
+from specjax.quantize import (GGUF_TYPES, HEADS, float_flat_params, from_gguf_blocks, is_quantized, quantize,
+                              quantize_model, quantized_model, scheme_name, to_gguf_blocks, weight_schemes)
 from specjax.sharding import make_mesh, param_shardings
 
 CONFIG = specjax.ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128,
@@ -100,7 +100,10 @@ def test_quantized_logits_equal_the_dequantized_float_models(model, scheme, tied
   base = model if not tied else specjax.init_model(CONFIG.replace(tie_embeddings=True, qkv_bias=False), seed=2)
   quantized = quantize_model(base, scheme)
   assert is_quantized(quantized) and not is_quantized(base)
-  assert set(weight_schemes(quantized).values()) == {"q4_1" if scheme == "q4" else scheme}
+  stored, schemes = scheme_name(scheme), weight_schemes(quantized)
+  assert {s for name, s in schemes.items() if name not in HEADS} == {stored}
+  # A 4-bit model's embedding and head are q8_0 blocks (the tied head's logits decide acceptance).
+  assert {s for name, s in schemes.items() if name in HEADS} == {"q8_0" if stored.startswith("q4") else stored}
   assert len(weight_schemes(quantized)) == 7 * CONFIG.n_layers + (1 if tied else 2)
   assert quantized.param_bytes < base.param_bytes / 3
   dequantized = model_from_flat_params(base.config, float_flat_params(quantized))
@@ -120,8 +123,12 @@ def test_quantizing_a_quantized_model_dequantizes_first(model):
 
 def test_widths_that_are_not_blocks_name_the_tensor(model):
   narrow = specjax.init_model(CONFIG.replace(d_model=48, n_heads=4, n_kv_heads=2))
-  with pytest.raises(ValueError, match=r"head of shape \(64, 48\) to q4_1: .*K=48 is not a multiple"):
-    quantize_model(narrow, "q4")
+  with pytest.raises(ValueError, match=r"head of shape \(64, 48\) to q8_0: .*K=48 is not a multiple"):
+    quantize_model(narrow, "q4")  # a 4-bit model's head is q8_0 blocks
+  flat = {k: v for k, v in narrow.flat_params().items() if k not in ("embed", "head.kernel")}
+  heads = {name: quantize(np.zeros((64, 48), np.float32), "int8") for name in ("embed", "head")}
+  with pytest.raises(ValueError, match=r"layers.0.attn.[qkv] of shape \(\d+, 48\) to q4_1: .*K=48 is not a multiple"):
+    quantized_model(narrow.config, flat | heads, "q4_1")
   assert is_quantized(quantize_model(narrow, "int8"))
   with pytest.raises(ValueError, match="unknown quantization scheme"):
     quantize_model(model, "fp8")
@@ -138,7 +145,8 @@ def test_quantized_params_split_like_the_float_ones(model):
   specs = _specs(mesh, quantized)
   model_rows, model_cols = jax.sharding.PartitionSpec("model", None), jax.sharding.PartitionSpec(None, "model")
   for name in ("embed", "head", "layers.0.attn.q", "layers.1.mlp.gate", "layers.1.mlp.up"):
-    assert all(specs[f"{name}.{f}"] == model_rows for f in ("q", "scale", "minimum")), name
+    fields = ("q", "scale") if name in HEADS else ("q", "scale", "minimum")  # q8_0 heads have no minimum
+    assert all(specs[f"{name}.{f}"] == model_rows for f in fields), name
   for name in ("layers.0.attn.o", "layers.1.mlp.down"):
     assert all(specs[f"{name}.{f}"] == model_cols for f in ("q", "scale", "minimum")), name
   assert specs["layers.0.attn.q.bias"] == jax.sharding.PartitionSpec("model")

@@ -68,8 +68,8 @@ def abstract_cache(mesh: Mesh, config: ModelConfig, batch: int, cache_len: int) 
                  lengths=jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=shardings.lengths))
 
 
-def _common_args(mesh, config, batch, positions, cache_len):
-  graphdef, params = abstract_sharded_params(mesh, config)
+def _common_args(mesh, config, batch, positions, cache_len, weights="float"):
+  graphdef, params = abstract_sharded_params(mesh, config, weights)
   rows = batch_sharding(mesh, batch, 2)
   tokens = jax.ShapeDtypeStruct((batch, positions), jnp.int32, sharding=rows)
   keys = jax.ShapeDtypeStruct((batch, 2), jnp.uint32, sharding=rows)
@@ -77,9 +77,10 @@ def _common_args(mesh, config, batch, positions, cache_len):
 
 
 def step_program(name: str, role: str, mesh: Mesh, config: ModelConfig, batch: int, cache_len: int,
-                 sampling: SamplingParams) -> Program:
-  """One position of `config`'s model (the draft step or the autoregressive step)."""
-  graphdef, args = _common_args(mesh, config, batch, 1, cache_len)
+                 sampling: SamplingParams, weights: str = "float") -> Program:
+  """One position of `config`'s model (the draft step or the autoregressive step), on `weights` as `load_model`
+  takes them ("int8" / "q4": the quantized weights' XLA path)."""
+  graphdef, args = _common_args(mesh, config, batch, 1, cache_len, weights)
   spec = TargetSpec(graphdef=graphdef, mesh=mesh, kernels=False)  # a custom call has no partitioning rule
   return Program(name, role, config, 1, 0, _single_position(spec, sampling), args)
 

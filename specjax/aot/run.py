@@ -15,15 +15,15 @@ from specjax.sharding import abstract_sharded_params, check_divides
 GB = 1e9
 
 
-def weight_bytes_per_device(mesh, config) -> int:
-  _, params = abstract_sharded_params(mesh, config)
+def weight_bytes_per_device(mesh, config, weights: str = "float") -> int:
+  _, params = abstract_sharded_params(mesh, config, weights)
   return sum(shard_bytes(x.shape, x.dtype, x.sharding) for x in jax.tree.leaves(params))
 
 
 def check_weights_fit(mesh, topology: Topology, settings: AotSettings) -> dict:
   """Per-device weight bytes of target and draft; a clear error, naming the numbers, when they exceed HBM."""
-  sizes = {who: weight_bytes_per_device(mesh, config) for who, config in (("target", settings.target),
-                                                                          ("draft", settings.draft))}
+  sizes = {"target": weight_bytes_per_device(mesh, settings.target),
+           "draft": weight_bytes_per_device(mesh, settings.draft, settings.draft_weights)}
   total, hbm = sum(sizes.values()), topology.chip.hbm_bytes
   if total > hbm:
     model = mesh.shape["model"]
@@ -64,7 +64,8 @@ def run_aot(settings: AotSettings, log=print) -> dict:
       f"mesh {data}x{model}")
 
   args = dict(mesh=mesh, batch=settings.batch_size, cache_len=settings.cache_len, sampling=settings.sampling)
-  draft = _compile(programs.step_program("draft_step", "draft", config=settings.draft, **args), topology, settings, log)
+  draft = _compile(programs.step_program("draft_step", "draft", config=settings.draft, weights=settings.draft_weights,
+                                         **args), topology, settings, log)
   ar = _compile(programs.step_program("ar_step", "target", config=settings.target, **args), topology, settings, log)
   compiled = {k: _compile(programs.verify_program(config=settings.target, k=k, **args), topology, settings, log)
               for k in settings.compile_ks}
@@ -77,7 +78,7 @@ def run_aot(settings: AotSettings, log=print) -> dict:
   result = {
       "topology": topology.name, "chip": topology.chip.to_dict(), "n_devices": topology.n_devices,
       "n_hosts": topology.n_hosts, "mesh": {"data": data, "model": model},
-      "target": settings.target.to_dict(), "draft": settings.draft.to_dict(),
+      "target": settings.target.to_dict(), "draft": settings.draft.to_dict(), "draft_weights": settings.draft_weights,
       "target_params": settings.target.param_count(), "draft_params": settings.draft.param_count(),
       "weight_bytes_per_device": weights, "batch_size": settings.batch_size, "k": settings.k,
       "cache_len": settings.cache_len, "context_len": settings.context_len,

@@ -3,6 +3,7 @@
 import dataclasses
 
 from specjax.config import ModelConfig
+from specjax.quantize import check_weights
 from specjax.sampling import SamplingParams
 from specjax.sharding import parse_mesh_shape
 
@@ -22,6 +23,7 @@ class AotSettings:
   acceptance_rate: float
   sampling: SamplingParams
   paper: dict | None = None
+  draft_weights: str = "float"   # "float" (the draft config's dtype), "int8" or "q4": the draft's stored weights
 
   def mesh_shape(self, n_devices: int) -> tuple[int, int]:
     if not self.mesh:
@@ -58,7 +60,16 @@ def settings_from_config(config, topology: str = "", mesh: str | None = None) ->
   cache_len, context_len = _positive_ints("cache_len/context_len", [c.cache_len, c.context_len])
   if context_len > cache_len:
     raise ValueError(f"config.context_len {context_len} exceeds config.cache_len {cache_len}")
-  target, draft = _model(c.target, "target"), _model(c.draft, "draft")
+  target = _model(c.target, "target")
+  self_draft = c.get("self_draft", False)
+  if not isinstance(self_draft, bool):
+    raise ValueError(f"config.self_draft must be True or False, got {self_draft!r}")
+  draft = target if self_draft else _model(c.draft, "draft")
+  draft_weights = c.get("draft_weights", "float")
+  try:
+    check_weights(draft_weights)
+  except ValueError as err:
+    raise ValueError(f"config.draft_weights: {err}") from None
   if draft.vocab_size != target.vocab_size:
     raise ValueError(f"draft vocabulary {draft.vocab_size} differs from the target's {target.vocab_size}")
   for who, model in (("target", target), ("draft", draft)):
@@ -71,4 +82,4 @@ def settings_from_config(config, topology: str = "", mesh: str | None = None) ->
       k=k, ks=tuple(sorted(set(ks) | {k})), compile_ks=tuple(sorted(set(compile_ks))), cache_len=cache_len,
       context_len=context_len, acceptance_rate=alpha,
       sampling=SamplingParams(c.get("temperature", 1.0), c.get("top_k", 0), c.get("top_p", 1.0)),
-      paper=paper.to_dict() if hasattr(paper, "to_dict") else paper)
+      paper=paper.to_dict() if hasattr(paper, "to_dict") else paper, draft_weights=draft_weights)

@@ -1,6 +1,7 @@
 """A peer in the same run: llama.cpp's own binaries (`scripts/build_llama_cpp.sh`) on the same GGUF pair and the
-same prompts. The target is the GGUF file written as f32 (`llama-quantize`, once, into the output directory), the
-draft the file's own quantized blocks, so the pair is the quantized self-draft's; `llama-completion` decodes
+same prompts. The target is the GGUF file written as f32 (`llama-quantize`, once, into the output directory; Q8_0 for
+an int8 specjax target, the file itself for a q4 one: `config.weights`), the draft the file's own quantized blocks,
+so the pair is the quantized self-draft's; `llama-completion` decodes
 autoregressively, `llama-speculative` with K drafts per round. Batch 1, one process per call; the timings are
 llama.cpp's own (decode time, prompt excluded)."""
 
@@ -11,6 +12,7 @@ import subprocess
 from specjax.benchmark import metrics
 
 IMPLEMENTATION = "llama_cpp"
+TARGET_TYPES = {"float": "F32", "int8": "Q8_0", "q4": None}  # config.weights -> llama-quantize's type (None: as is)
 BINARIES = ("llama-completion", "llama-speculative", "llama-quantize")
 _EVAL = re.compile(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs")
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
@@ -52,7 +54,10 @@ class LlamaCppPeer:
     self.c = c
     self.bin = check_dir(c["llama_cpp_dir"])
     self.draft_path = gguf_path
-    self.target_path = os.path.join(c["output_dir"], "llama_cpp", "target-f32.gguf")
+    target_type = TARGET_TYPES[c["weights"]]
+    self.target_type = target_type or "the file's own blocks"
+    self.target_path = (gguf_path if target_type is None else
+                        os.path.join(c["output_dir"], "llama_cpp", f"target-{target_type.lower()}.gguf"))
 
   def units(self) -> int:
     return len(self.c["categories"]) * len(self.c["temperatures"]) * (1 + len(self.c["ks"]))
@@ -63,11 +68,12 @@ class LlamaCppPeer:
       raise RuntimeError(f"{binary} failed ({done.returncode}): {done.stderr[-800:]}")
     return done.stdout + done.stderr
 
-  def _f32_target(self) -> None:
+  def _target(self) -> None:
+    """Writes the target file llama-quantize makes of the GGUF (F32 for a float specjax target, Q8_0 for int8)."""
     if not os.path.exists(self.target_path):
       os.makedirs(os.path.dirname(self.target_path), exist_ok=True)
       partial = self.target_path + ".partial"
-      self._run("llama-quantize", ["--allow-requantize", self.draft_path, partial, "F32"])
+      self._run("llama-quantize", ["--allow-requantize", self.draft_path, partial, TARGET_TYPES[self.c["weights"]]])
       os.replace(partial, self.target_path)
 
   def _call(self, text: str, temperature: float, k: int) -> dict:
@@ -91,7 +97,7 @@ class LlamaCppPeer:
     """decode: token ids -> prompt text (special tokens kept), what llama.cpp tokenizes again."""
     if decode is None:
       raise ValueError("the llama.cpp peer needs the target's tokenizer (decode) for the prompts' text")
-    self._f32_target()
+    self._target()
     records = []
     for temperature in self.c["temperatures"]:
       for category, ids_list in prompt_ids.items():
@@ -99,6 +105,7 @@ class LlamaCppPeer:
           calls = [self._call(decode(ids), temperature, k) for ids in ids_list]
           drafted = sum(call.get("drafted", 0) for call in calls)
           summary = metrics.summarize_calls(calls, k)
+          summary["decode_tok_s"] = summary["throughput_tok_s"]  # llama.cpp's timings are its decoding alone
           records.append({
               "method": "llama_cpp_speculative" if k else "llama_cpp_ar", "k": k, "batch_size": 1,
               "category": category, "temperature": temperature, "implementation": IMPLEMENTATION, **summary,
@@ -106,6 +113,6 @@ class LlamaCppPeer:
               "accept_ms_per_round": None, "speedup_vs_ar": None, "predicted_speedup": None,
               "acceptance_rate": (sum(call.get("accepted_drafts", 0) for call in calls) / drafted if drafted
                                   else None),
-              "quality": None, "llama_cpp_dir": self.bin, **info})
+              "quality": None, "llama_cpp_dir": self.bin, "llama_cpp_target": self.target_type, **info})
           on_unit()
     return records

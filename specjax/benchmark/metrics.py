@@ -45,6 +45,16 @@ def throughput(records) -> float:
   return tokens / wall if wall > 0 else 0.0
 
 
+def decode_throughput(records) -> float | None:
+  """New tokens after each row's first over the time after the first token (no prefill): what llama.cpp's own
+  eval timings measure. None when a call has no first-token time."""
+  if not records or any("first_token_s" not in r for r in records):
+    return None
+  tokens = sum(max(int(n) - 1, 0) for r in records for n in r["new_tokens"])
+  wall = sum(float(r["wall_s"]) - float(r["first_token_s"]) for r in records)
+  return tokens / wall if wall > 0 else None
+
+
 def paired_speedups(calls, ar_calls) -> dict:
   """Speedup over autoregressive decoding from calls paired with autoregressive calls on the same inputs, run
   back to back: the machine's drift between cells (up to 10% on a shared CPU) falls out of each pair's ratio.
@@ -77,6 +87,7 @@ def summarize_calls(records, k: int) -> dict:
       "acceptance_rate": acceptance_rate(records, k),
       "alpha": alpha_estimate(records, k),
       "throughput_tok_s": throughput(records),
+      "decode_tok_s": decode_throughput(records),
       "latency_ms_per_token_p50": percentile(lat, 50),
       "latency_ms_per_token_p90": percentile(lat, 90),
       "ttft_ms_p50": percentile([1e3 * r["first_token_s"] for r in records if "first_token_s" in r], 50),

@@ -14,6 +14,7 @@ import numpy as np
 from specjax.benchmark import tasks
 from specjax.drafters import registry
 from specjax.policy import SpeculationPolicy
+from specjax.quantize import check_weights
 from specjax.sampling import SamplingParams
 
 AR = "ar"
@@ -22,11 +23,11 @@ PEERS = ("", "hf", "llama_cpp")
 SWEEPS = ("grid", "axes", "smoke")
 MAX_K = 64
 # Every key of configs/bench_cpu.py (tests/benchmark/test_plan.py keeps the two the same).
-SETTINGS = ("model", "dtype", "random_model", "methods", "drafter_dirs", "categories", "ks", "auto_ks", "batch_sizes",
-            "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods", "paired_verify_calls",
-            "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket", "repeats",
-            "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat", "stop_at_eos",
-            "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
+SETTINGS = ("model", "dtype", "weights", "random_model", "methods", "drafter_dirs", "categories", "ks", "auto_ks",
+            "batch_sizes", "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods",
+            "paired_verify_calls", "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket",
+            "repeats", "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat",
+            "stop_at_eos", "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
 
 
 def methods() -> tuple[str, ...]:
@@ -95,6 +96,10 @@ def validate_config(config) -> dict:
   if missing:
     raise ValueError(f"config is missing {missing}: start from configs/bench_cpu.py, which sets every key")
   c["methods"] = _methods(c)
+  try:
+    check_weights(c["weights"])
+  except ValueError as err:
+    raise ValueError(f"config.weights: {err}") from None
   categories = tuple(c["categories"])
   unknown = [x for x in categories if x not in tasks.CATEGORIES]
   if unknown or not categories:

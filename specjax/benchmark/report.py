@@ -196,9 +196,12 @@ def write_report(records, settings: dict, output_dir: str) -> str:
   peers = [r for r in records if r.get("implementation") == "llama_cpp"]
   if peers:
     parts += ["## Peer: llama.cpp on the same GGUF pair and prompts (batch 1)", "",
-              "Its f32 target alone (llama-completion) and with the file's own quantized blocks as the draft "
+              f"Its target ({peers[0].get('llama_cpp_target', 'F32')}) alone (llama-completion) and with the file's "
+              "own quantized blocks as the draft "
               "(llama-speculative, K drafts); vs own AR: against its own autoregressive run; specjax / llama.cpp: "
-              "specjax's autoregressive cell (K=0) or its fastest quantized self-draft at that K, over llama.cpp's.",
+              "specjax's autoregressive cell (K=0) or its fastest quantized self-draft at that K, over llama.cpp's, "
+              "both as decode rates (tokens after the first over the time after the first token: llama.cpp's own "
+              "timings leave its prompt out); the tok/s columns include specjax's prefill.",
               ""]
     rows = [[r["method"], r["k"], r["category"], r["temperature"], r["throughput_tok_s"], r["acceptance_rate"],
              r.get("speedup_vs_own_ar"), r["speedup_vs_ar"], r.get("specjax_over_peer")] for r in peers]

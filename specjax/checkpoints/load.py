@@ -56,9 +56,9 @@ def load_model(source: str | os.PathLike, dtype=None, weights: str = "float") ->
   """A Model from a `.gguf` file, a Hugging Face directory, a `save_model` directory, or a known name
   ("smollm2-135m"). `dtype` ("float32", "bfloat16", ...) overrides the parameter and compute dtype.
 
-  `weights`: "float"; "q4" (a GGUF's own Q4_0 / Q4_1 / Q8_0 blocks kept as they are, every other linear and the
-  embedding quantized to q4_1); "int8" (every linear and the embedding quantized to int8 per output row, from the
-  dequantized floats). Norms and biases stay float; the model then runs on those weights."""
+  `weights`: "float"; "q4" (a GGUF's own Q4_0 / Q4_1 / Q8_0 blocks kept as they are, every other linear quantized
+  to q4_1, the embedding and head to q8_0); "int8" (every linear and the embedding quantized to int8 per output
+  row, from the dequantized floats). Norms and biases stay float; the model then runs on those weights."""
   dtype = _dtype_name(dtype)
   scheme = check_weights(weights)
   source = os.fspath(source)

@@ -36,7 +36,8 @@ class QuantizedDraft(DraftModel):
   @classmethod
   def from_model(cls, target: Model, scheme: str = "q4") -> "QuantizedDraft":
     """The target's weights (every linear and the embedding, so a tied head too) quantized to `scheme`: "int8"
-    (one scale per output row) or "q4" (q4_1 blocks of 32)."""
+    (one scale per output row) or "q4" (q4_1 blocks of 32; the embedding and head in q8_0 blocks, as llama.cpp's
+    Q4 files keep them)."""
     if not isinstance(scheme, str) or scheme not in SCHEMES:
       raise ValueError(f"unknown QuantizedDraft scheme {scheme!r}; use one of {list(SCHEMES)}")
     if not isinstance(target, Model):

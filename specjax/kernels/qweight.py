@@ -45,6 +45,22 @@ class QuantizedWeight:
     return sum(int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize for a in (self.q, self.scale, self.minimum))
 
 
+def abstract_weight(shape: tuple[int, int], scheme: str) -> QuantizedWeight:
+  """The ShapeDtypeStructs of a `scheme` weight W [N, K] (nothing allocated): what AOT compiles and sharded
+  restores lay out. K must be a multiple of BLOCK for the block schemes."""
+  n, k = shape
+  if scheme not in SCHEMES:
+    raise ValueError(f"unknown quantization scheme {scheme!r}; use one of {list(SCHEMES)}")
+  f16 = jnp.float16
+  if scheme == "int8":
+    return QuantizedWeight(q=jax.ShapeDtypeStruct((n, k), jnp.int8), scale=jax.ShapeDtypeStruct((n, 1), f16),
+                           minimum=jax.ShapeDtypeStruct((0,), f16), scheme=scheme)
+  blocks = (n, k // BLOCK)
+  q = jax.ShapeDtypeStruct((n, k), jnp.int8) if scheme == "q8_0" else jax.ShapeDtypeStruct((n, k // 2), jnp.uint8)
+  minimum = jax.ShapeDtypeStruct(blocks if scheme == "q4_1" else (0,), f16)
+  return QuantizedWeight(q=q, scale=jax.ShapeDtypeStruct(blocks, f16), minimum=minimum, scheme=scheme)
+
+
 def dequantize(w: QuantizedWeight, dtype=jnp.float32) -> jax.Array:
   """W [N, K] as floats (jnp; inside or outside jit): the XLA path's weights and the tests' reference."""
   n, k = w.shape

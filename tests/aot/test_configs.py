@@ -45,3 +45,12 @@ def test_colab_config_serves_generate_and_aot():
   assert config.model == "smollm2-135m" and config.drafter == "draft_model" and config.dtype == "bfloat16"
   assert settings.draft == settings.target.replace(n_layers=8)  # truncate:8
   assert isinstance(settings.target, ModelConfig)
+
+
+@pytest.mark.parametrize("name, base", [("llama3_8b_int8_self", "llama3_8b_1b"),
+                                        ("chinchilla_70b_int8_self", "chinchilla_70b_4b")])
+def test_int8_self_draft_configs_draft_with_the_targets_own_weights(name, base):
+  settings, base_settings = settings_from_config(_config(name)), settings_from_config(_config(base))
+  assert settings.draft == settings.target == base_settings.target and settings.draft_weights == "int8"
+  assert settings.topology == base_settings.topology and settings.mesh == base_settings.mesh
+  assert settings.acceptance_rate == 0.958 and settings.paper is None

@@ -109,3 +109,12 @@ def test_prompt_too_long_for_the_model_is_a_clear_error(tmp_path):
   config = tiny_config(tmp_path, max_prompt_tokens=0)
   with pytest.raises(ValueError, match="max_seq_len"):
     run_benchmark(config, target=init_model(TINY.replace(max_seq_len=64)), progress=False)
+
+
+def test_a_quantized_target(tmp_path):
+  """config.weights runs the target itself on quantized weights (autoregressive and speculative), and says so."""
+  config = tiny_config(tmp_path, methods=("ar", "quantized:int8"), temperatures=(0.0,), weights="int8",
+                       categories=("code",), paired_with_ar=False, paired_verify_calls=0, phase_split_batch_sizes=())
+  records = run_benchmark(config, target=init_model(TINY), progress=False)
+  assert {r["method"] for r in records} == {"ar", "quantized:int8"}
+  assert all(r["target_weights"] == "int8" and r["tokens_per_round"] >= 1.0 for r in records)

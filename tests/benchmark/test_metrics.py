@@ -56,3 +56,11 @@ def test_paired_speedups_take_the_ratio_per_pair():
   assert paired["paired_speedup_vs_ar_pooled"] == pytest.approx((50 / 4) / (30 / 5)) and paired["paired_calls"] == 3
   with pytest.raises(ValueError, match="one autoregressive call per call"):
     metrics.paired_speedups(fast, base[:2])
+
+
+def test_decode_throughput_leaves_the_prefill_out():
+  calls = [{"wall_s": 2.0, "first_token_s": 0.5, "new_tokens": [31, 16], "accepted": []},
+           {"wall_s": 1.0, "first_token_s": 0.25, "new_tokens": [16, 16], "accepted": []}]
+  assert metrics.decode_throughput(calls) == pytest.approx((30 + 15 + 15 + 15) / (1.5 + 0.75))
+  assert metrics.throughput(calls) == pytest.approx(79 / 3.0)
+  assert metrics.decode_throughput([{"wall_s": 1.0, "new_tokens": [4], "accepted": []}]) is None

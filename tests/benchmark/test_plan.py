@@ -114,3 +114,12 @@ def test_the_llama_cpp_peer_needs_its_binaries(tmp_path):
   c.llama_cpp_dir = str(tmp_path)
   with pytest.raises(ValueError, match=r"llama_cpp_dir with llama-completion.*build_llama_cpp\.sh"):
     validate_config(c)
+
+
+def test_the_targets_weights_are_checked():
+  c = _cpu()
+  c.weights = "q4"
+  assert validate_config(c)["weights"] == "q4"
+  c.weights = "q3"
+  with pytest.raises(ValueError, match=r"config.weights: weights must be one of \['float', 'int8', 'q4'\], got 'q3'"):
+    validate_config(c)

@@ -69,9 +69,11 @@ def test_int8_from_gguf_dequantizes_then_quantizes_every_linear(smollm2_path, sm
 def test_hf_directory_quantizes_from_floats(tiny_llama, specjax_last_logits):
   directory, _ = tiny_llama
   float_model = load_model(directory)
-  for weights, scheme in (("q4", "q4_1"), ("int8", "int8")):
+  for weights, scheme, heads in (("q4", "q4_1", "q8_0"), ("int8", "int8", "int8")):
     model = load_model(directory, weights=weights)
-    assert set(weight_schemes(model).values()) == {scheme} and not model.config.tie_embeddings
+    schemes = weight_schemes(model)
+    assert {s for name, s in schemes.items() if name not in ("embed", "head")} == {scheme}
+    assert schemes["embed"] == schemes["head"] == heads and not model.config.tie_embeddings
     dequantized = model_from_flat_params(model.config, float_flat_params(model))
     ours, reference = (specjax_last_logits(m, [[1, 17, 42, 8, 93]]) for m in (model, dequantized))
     np.testing.assert_allclose(ours, reference, atol=1e-4, rtol=0)
@@ -124,7 +126,7 @@ def test_q4_on_a_gguf_keeps_q4_0_and_quantizes_its_float_matrices(tiny_tensors, 
                                                         "blk.0.attn_v.weight": gguf.GGMLQuantizationType.Q8_0})
   schemes = weight_schemes(load_model(path, weights="q4"))
   assert schemes["layers.0.mlp.up"] == "q4_0" and schemes["layers.0.attn.v"] == "q8_0"
-  assert schemes["layers.0.mlp.down"] == "q4_1" and schemes["embed"] == "q4_1"
+  assert schemes["layers.0.mlp.down"] == "q4_1" and schemes["embed"] == "q8_0"  # a 4-bit model's embedding
 
 
 def test_a_type_that_cannot_be_kept_is_named_with_what_to_use(tiny_tensors, tmp_path):

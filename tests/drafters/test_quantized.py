@@ -1,6 +1,7 @@
 """QuantizedDraft: the target's own weights quantized (int8, q4) or a GGUF's own blocks; exact under greedy and
 sampling, on a tiny random model and the real SmolLM2; the registry's "quantized" method; bad input."""
 
+import numpy as np
 import pytest
 
 import specjax
@@ -36,14 +37,15 @@ def test_exact(exactness_target, assert_exact, scheme, sampling, k, seed):
 
 def test_schemes_and_hashing(target):
   q4, int8 = QuantizedDraft.from_model(target), QuantizedDraft.from_model(target, "int8")
-  assert set(weight_schemes(q4.model).values()) == {"q4_1"} and set(weight_schemes(int8.model).values()) == {"int8"}
+  assert set(weight_schemes(q4.model).values()) == {"q4_1", "q8_0"} and weight_schemes(q4.model)["embed"] == "q8_0"
+  assert set(weight_schemes(int8.model).values()) == {"int8"}
   assert q4 == QuantizedDraft.from_model(target, "q4") and hash(q4) == hash(QuantizedDraft.from_model(target))
   assert q4 != int8 and q4.vocab_size == CONFIG.vocab_size and q4.model.config == target.config
 
 
 def test_registry_builds_it(target, smollm2_path):
   assert registry.name_of(registry.build("quantized", target)) == "quantized"
-  assert set(weight_schemes(registry.build("quantized", target, "").model).values()) == {"q4_1"}
+  assert set(weight_schemes(registry.build("quantized", target, "").model).values()) == {"q4_1", "q8_0"}
   assert set(weight_schemes(registry.build("quantized", target, "int8").model).values()) == {"int8"}
   with pytest.raises(ValueError, match=r"draft_source 'int8' or 'q4'.*\.gguf file, got 'q3'"):
     registry.build("quantized", target, "q3")
@@ -73,6 +75,16 @@ def test_bad_input(target):
 def smollm2_drafts(smollm2_model, smollm2_path):
   return {"q4": QuantizedDraft.from_gguf(smollm2_path, smollm2_model),
           "int8": QuantizedDraft.from_model(smollm2_model, "int8")}
+
+
+def test_smollm2_q4_requantized_is_the_files_own_blocks(smollm2_model, smollm2_drafts):
+  """The fp32 target is the file's Q4_1 / Q8_0 blocks dequantized; "q4" (q4_1 linears, a q8_0 embedding) quantizes
+  them back to exactly those blocks, so the q4 self-draft is llama.cpp's pair bit for bit."""
+  requantized = QuantizedDraft.from_model(smollm2_model, "q4").model.flat_params()
+  kept = smollm2_drafts["q4"].model.flat_params()
+  assert requantized.keys() == kept.keys() and weight_schemes(smollm2_drafts["q4"].model)["embed"] == "q8_0"
+  for name, array in kept.items():
+    np.testing.assert_array_equal(np.asarray(requantized[name]), np.asarray(array), err_msg=name)
 
 
 @pytest.fixture(scope="module")
