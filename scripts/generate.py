@@ -12,6 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
@@ -82,9 +83,15 @@ def main(argv):
   longest = max(len(p) for p in result.prompt_tokens)
   size = cache_size(max(prompt_bucket(longest), longest + config.max_new_tokens + result.stats.k))
   peak = memory.peak_resident_bytes()
-  budget = memory.budget_bytes(target.param_bytes, target.config, len(prompts), size)
+  draft = 0  # the drafter's parameters and, for a draft model, its own cache
+  if drafter is not None:
+    draft = sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(drafter.params()))
+    if getattr(drafter, "model", None) is not None:
+      draft += memory.cache_bytes(drafter.model.config, len(prompts), size)
+  cache = memory.cache_bytes(target.config, len(prompts), size)
+  budget = memory.budget_bytes(target.param_bytes + draft, target.config, len(prompts), size)
   print(f"peak resident memory {peak / memory.GiB:.2f} GiB; parameters {target.param_bytes / memory.GiB:.2f} GiB + "
-        f"cache {memory.cache_bytes(target.config, len(prompts), size) / memory.GiB:.3f} GiB + 1 GiB = "
+        f"draft {draft / memory.GiB:.2f} GiB + cache {cache / memory.GiB:.3f} GiB + 1 GiB = "
         f"{budget / memory.GiB:.2f} GiB ({'within' if peak <= budget else 'OVER'} budget)")
 
 
