@@ -10,10 +10,10 @@ smallest K whatever the prior says (a probe, within the probe budget below), and
 the prior; a drafter that matches almost always (the target's own quantized weights) is then at its best K from
 the second round, where a prior of 0.5 against a K=1 round of 1.6 steps would have kept it autoregressive until
 its first probe. While speculation does not pay, it probes with the smallest K so that a drafter that starts to
-match again (e.g. prompt lookup reaching quoted text) is noticed. Probes are spaced so that failed ones cost at most `probe_budget` of the autoregressive time: a probe
-loses cost(K_min) - 1 steps, so the first comes after (cost(K_min) - 1) / probe_budget autoregressive rounds
-(at least `probe_interval`), the spacing doubles after each failed probe, and no probe runs once fewer than
-(cost(K_min) - 1) / probe_budget tokens are left to generate.
+match again (e.g. prompt lookup reaching quoted text) is noticed. Probes are spaced so that failed ones cost at
+most `probe_budget` of the autoregressive time: a probe loses cost(K_min) - 1 steps, so the first comes after
+(cost(K_min) - 1) / probe_budget autoregressive rounds (at least `probe_interval`), the spacing doubles after each
+failed probe, and no probe runs once fewer than (cost(K_min) - 1) / probe_budget tokens are left to generate.
 """
 
 import dataclasses

@@ -54,10 +54,10 @@ class LlamaCppPeer:
     self.c = c
     self.bin = check_dir(c["llama_cpp_dir"])
     self.draft_path = gguf_path
-    target_type = TARGET_TYPES[c["weights"]]
-    self.target_type = target_type or "the file's own blocks"
-    self.target_path = (gguf_path if target_type is None else
-                        os.path.join(c["output_dir"], "llama_cpp", f"target-{target_type.lower()}.gguf"))
+    self.quantize_type = TARGET_TYPES[c["weights"]]  # None: the file is the target as it is
+    self.target_type = self.quantize_type or "the file's own blocks"
+    self.target_path = (gguf_path if self.quantize_type is None else
+                        os.path.join(c["output_dir"], "llama_cpp", f"target-{self.quantize_type.lower()}.gguf"))
 
   def units(self) -> int:
     return len(self.c["categories"]) * len(self.c["temperatures"]) * (1 + len(self.c["ks"]))
@@ -73,7 +73,7 @@ class LlamaCppPeer:
     if not os.path.exists(self.target_path):
       os.makedirs(os.path.dirname(self.target_path), exist_ok=True)
       partial = self.target_path + ".partial"
-      self._run("llama-quantize", ["--allow-requantize", self.draft_path, partial, TARGET_TYPES[self.c["weights"]]])
+      self._run("llama-quantize", ["--allow-requantize", self.draft_path, partial, self.quantize_type])
       os.replace(partial, self.target_path)
 
   def _call(self, text: str, temperature: float, k: int) -> dict:

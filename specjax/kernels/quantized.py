@@ -21,10 +21,9 @@ import numpy as np
 
 from specjax.kernels import build
 from specjax.kernels.linear import skinny_rows
-from specjax.kernels.qweight import BLOCK, QuantizedWeight, dequantize
+from specjax.kernels.qweight import BLOCK, Q_DTYPES, QuantizedWeight, dequantize
 
 _SCHEME_IDS = {"int8": 0, "q8_0": 1, "q4_0": 2, "q4_1": 3}  # cpu_quant.cc's Scheme
-_Q_DTYPES = {"int8": jnp.int8, "q8_0": jnp.int8, "q4_0": jnp.uint8, "q4_1": jnp.uint8}
 
 
 def _xla_quantized_dense(x, w: QuantizedWeight):
@@ -53,7 +52,7 @@ def applies(x_NxK, w: QuantizedWeight) -> bool:
     return False
   n, k = w.shape
   return (skinny_rows(x_NxK) is not None and x_NxK.shape[-1] == k
-          and k % BLOCK == 0 and w.q.dtype == _Q_DTYPES[w.scheme]
+          and k % BLOCK == 0 and w.q.dtype == Q_DTYPES[w.scheme]
           and w.scale.shape == (n, 1 if w.scheme == "int8" else k // BLOCK)
           and (w.scheme != "q4_1" or w.minimum.shape == w.scale.shape))
 

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 SCHEMES = ("int8", "q8_0", "q4_0", "q4_1")
+Q_DTYPES = {"int8": jnp.int8, "q8_0": jnp.int8, "q4_0": jnp.uint8, "q4_1": jnp.uint8}  # q's dtype per scheme
 BLOCK = 32
 
 
@@ -52,11 +53,8 @@ def abstract_weight(shape: tuple[int, int], scheme: str) -> QuantizedWeight:
   if scheme not in SCHEMES:
     raise ValueError(f"unknown quantization scheme {scheme!r}; use one of {list(SCHEMES)}")
   f16 = jnp.float16
-  if scheme == "int8":
-    return QuantizedWeight(q=jax.ShapeDtypeStruct((n, k), jnp.int8), scale=jax.ShapeDtypeStruct((n, 1), f16),
-                           minimum=jax.ShapeDtypeStruct((0,), f16), scheme=scheme)
-  blocks = (n, k // BLOCK)
-  q = jax.ShapeDtypeStruct((n, k), jnp.int8) if scheme == "q8_0" else jax.ShapeDtypeStruct((n, k // 2), jnp.uint8)
+  blocks = (n, 1) if scheme == "int8" else (n, k // BLOCK)
+  q = jax.ShapeDtypeStruct((n, k // 2 if scheme in ("q4_0", "q4_1") else k), Q_DTYPES[scheme])
   minimum = jax.ShapeDtypeStruct(blocks if scheme == "q4_1" else (0,), f16)
   return QuantizedWeight(q=q, scale=jax.ShapeDtypeStruct(blocks, f16), minimum=minimum, scheme=scheme)
 
