@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.kernels import attention as attention_kernel
+from specjax.trees.layout import tree_visibility
 
 _MASKED = -1e30
 
@@ -22,8 +23,11 @@ def _layer_block(cache_LxBxSxKxD: jax.Array, layer: int, start, block: int) -> j
 
 
 def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: jax.Array, layer: int,
-                     q_positions_BxT: jax.Array, block: int) -> jax.Array:
+                     q_positions_BxT: jax.Array, block: int, tree=None) -> jax.Array:
   """Causal attention of T queries at absolute positions against layer `layer`'s cache entries 0..position.
+
+  With `tree` (a `specjax.tree_layout.TreeLayout`; the T queries are a token tree in consecutive slots) a query
+  sees the slots before the tree's root and its own ancestors' slots instead (the JAX path only, for now).
 
   Takes every layer's cache and reads the blocks of one layer straight from it: slicing the layer out first
   would copy it whole (O(cache size) per layer and step, at every batch size). Every cache entry at or below a
@@ -35,11 +39,13 @@ def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: 
     raise ValueError(f"attention block {block} does not divide the cache size {size}")
   if isinstance(layer, int) and not 0 <= layer < n_layers:
     raise ValueError(f"layer {layer} outside the cache's {n_layers} layers")
-  blockwise = functools.partial(_blockwise_attention, layer=layer, block=block)
+  blockwise = functools.partial(_blockwise_attention, layer=layer, block=block, tree=tree)
+  if tree is not None:
+    return blockwise(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT)
   return attention_kernel.attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, layer, q_positions_BxT, blockwise)
 
 
-def _blockwise_attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT, *, layer, block: int):
+def _blockwise_attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT, *, layer, block: int, tree=None):
   """Online softmax over the cache blocks up to the last query's block (XLA ops; any platform and sharding)."""
   batch, t_len, n_heads, head_dim = q_BxTxHxD.shape
   size, n_kv = k_LxBxSxKxD.shape[2], k_LxBxSxKxD.shape[3]
@@ -54,7 +60,10 @@ def _blockwise_attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT, *
     v_blk = _layer_block(v_LxBxSxKxD, layer, start, block)
     scores = jnp.einsum("btkgd,bskd->bkgts", q_BxTxKxGxD, k_blk)
     key_pos_S = start + jnp.arange(block)
-    visible_BxTxS = key_pos_S[None, None, :] <= q_positions_BxT[:, :, None]
+    if tree is None:
+      visible_BxTxS = key_pos_S[None, None, :] <= q_positions_BxT[:, :, None]
+    else:
+      visible_BxTxS = tree_visibility(key_pos_S, q_positions_BxT, tree)
     visible = visible_BxTxS[:, None, None]
     scores = jnp.where(visible, scores, _MASKED)
     new_max = jnp.maximum(max_BxKxGxT, scores.max(-1))

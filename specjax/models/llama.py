@@ -51,14 +51,14 @@ class Attention(nnx.Module):
     self.v = _linear(d, config.n_kv_heads * hd, config.qkv_bias, dt, rngs)
     self.o = _linear(config.n_heads * hd, d, False, dt, rngs)
 
-  def __call__(self, x_BxTxD, cos, sin, positions_BxT, cache: KVCache, layer: int):
+  def __call__(self, x_BxTxD, cos, sin, positions_BxT, cache: KVCache, layer: int, tree=None):
     batch, t_len, _ = x_BxTxD.shape
     q = apply_rope(self.q(x_BxTxD).reshape(batch, t_len, self.n_heads, self.head_dim), cos, sin)
     k = apply_rope(self.k(x_BxTxD).reshape(batch, t_len, self.n_kv_heads, self.head_dim), cos, sin)
     v = self.v(x_BxTxD).reshape(batch, t_len, self.n_kv_heads, self.head_dim)
     cache = cache.write(layer, k, v, positions_BxT)
     block = attention_block(cache.size, t_len)
-    out = cached_attention(q, cache.k, cache.v, layer, positions_BxT, block)
+    out = cached_attention(q, cache.k, cache.v, layer, positions_BxT, block, tree)
     return self.o(out.reshape(batch, t_len, -1)), cache
 
 
@@ -86,8 +86,8 @@ class Block(nnx.Module):
     self.mlp_norm = self.norm_class(config.d_model, config.norm_eps, dt)
     self.mlp = MLP(config, rngs)
 
-  def __call__(self, x, cos, sin, positions_BxT, cache, layer):
-    attn_out, cache = self.attn(self.attn_norm(x), cos, sin, positions_BxT, cache, layer)
+  def __call__(self, x, cos, sin, positions_BxT, cache, layer, tree=None):
+    attn_out, cache = self.attn(self.attn_norm(x), cos, sin, positions_BxT, cache, layer, tree)
     x = x + attn_out
     return x + self.mlp(self.mlp_norm(x)), cache
 
@@ -110,14 +110,16 @@ class Llama(nnx.Module):
     if not config.tie_embeddings:
       self.head = _linear(config.d_model, config.vocab_size, False, dt, rngs)
 
-  def hidden_states(self, tokens_BxT, positions_BxT, cache: KVCache, collect_layers: tuple = ()):
+  def hidden_states(self, tokens_BxT, positions_BxT, cache: KVCache, collect_layers: tuple = (), tree=None):
     """Final-normed hidden states [B, T, D], the updated cache, and the residual stream after each
-    layer listed in `collect_layers` (for feature-level drafters)."""
-    cos, sin = rope_tables(self.config, positions_BxT)
+    layer listed in `collect_layers` (for feature-level drafters). With `tree` (a TreeLayout) the T tokens are a run
+    of a token tree's consecutive slots positions_BxT: RoPE positions by depth, attention by ancestry."""
+    rope_positions_BxT = positions_BxT if tree is None else tree.rope_positions(positions_BxT)
+    cos, sin = rope_tables(self.config, rope_positions_BxT)
     x = self.embed_tokens(tokens_BxT)
     collected = []
     for index, block in enumerate(self.layers):
-      x, cache = block(x, cos, sin, positions_BxT, cache, index)
+      x, cache = block(x, cos, sin, positions_BxT, cache, index, tree)
       if index in collect_layers:
         collected.append(x)
     return self.final_norm(x), cache, collected

@@ -1,0 +1,68 @@
+"""`StaticTree(paths)`: a fixed tree of drafts (Medusa / Sequoia style), each node named by its path of child ranks
+from the root: (0,) and (1,) are the draft's first and second choices after the last committed token, (0, 0) its
+first choice after (0,). Nodes are numbered level by level, so a parent always comes before its children."""
+
+import dataclasses
+
+from specjax.trees.rejection import BRANCHINGS
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticTree:
+  """paths: prefix-closed (a node's parent is in the tree) and rank-closed (a node of rank r > 0 has its sibling of
+  rank r - 1), so that every node's children are the draft's first choices, in order; branching: "top_k" (the
+  ranked choices of q) or "sample" (drawn from q without replacement, in that order)."""
+
+  paths: tuple[tuple[int, ...], ...]
+  branching: str = "top_k"
+
+  def __post_init__(self):
+    if self.branching not in BRANCHINGS:
+      raise ValueError(f"unknown branching {self.branching!r}; use one of {list(BRANCHINGS)}")
+    try:
+      paths = tuple(tuple(int(r) for r in path) for path in self.paths)
+    except TypeError:
+      raise TypeError(f"StaticTree paths must be sequences of child ranks, e.g. ((0,), (1,), (0, 0)); "
+                      f"got {self.paths!r}") from None
+    if not paths or any(not path for path in paths):
+      raise ValueError("a StaticTree needs at least one node, and every path at least one rank")
+    if any(r < 0 for path in paths for r in path):
+      raise ValueError(f"child ranks must be >= 0; got {self.paths!r}")
+    if len(set(paths)) != len(paths):
+      raise ValueError(f"StaticTree paths repeat a node: {self.paths!r}")
+    present = set(paths)
+    for path in paths:
+      if len(path) > 1 and path[:-1] not in present:
+        raise ValueError(f"StaticTree paths are not prefix-closed: {path} is there, its parent {path[:-1]} is not")
+      if path[-1] > 0 and path[:-1] + (path[-1] - 1,) not in present:
+        raise ValueError(f"StaticTree paths skip a rank: {path} is there, its sibling "
+                         f"{path[:-1] + (path[-1] - 1,)} is not")
+    object.__setattr__(self, "paths", tuple(sorted(paths, key=lambda path: (len(path), path))))
+
+  @classmethod
+  def chain(cls, k: int, branching: str = "top_k") -> "StaticTree":
+    """K drafts in a row, each the draft's first choice after the one before."""
+    return cls(tuple((0,) * depth for depth in range(1, k + 1)), branching)
+
+  @property
+  def n_nodes(self) -> int:
+    return len(self.paths)
+
+  @property
+  def max_depth(self) -> int:
+    return len(self.paths[-1])
+
+  @property
+  def parents(self) -> tuple[int, ...]:
+    """Each node's parent index, -1 for the root's children."""
+    index = {path: i for i, path in enumerate(self.paths)}
+    return tuple(index[path[:-1]] if len(path) > 1 else -1 for path in self.paths)
+
+  @property
+  def ranks(self) -> tuple[int, ...]:
+    """Each node's rank among its siblings."""
+    return tuple(path[-1] for path in self.paths)
+
+  @property
+  def depths(self) -> tuple[int, ...]:
+    return tuple(len(path) for path in self.paths)
