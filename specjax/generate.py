@@ -55,17 +55,18 @@ def encode_prompts(target: Model, prompts, chat: bool) -> list[list[int]]:
 def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
              seed: int = 0, drafter: Drafter | None = None, k: "int | str | SpeculationPolicy | None" = None,
              stop_at_eos: bool = True, mesh=None, chat: bool = False,
-             calibration: Calibration | None = None) -> GenerationResult:
+             calibration: Calibration | None = None, tree=None) -> GenerationResult:
   """Generates up to max_new_tokens per prompt: autoregressive without a drafter, speculative with one.
 
   k: drafts per round (default 4 with a drafter), or "auto" / a SpeculationPolicy to pick K (0 included) every
   round from the measured acceptance and the round costs measured on this machine. calibration: where those costs
   are measured and kept (pass one `specjax.Calibration` to several calls to measure once); None measures anew.
+  tree: a `specjax.trees.StaticTree`: each round drafts its nodes and verifies them in one target call (k unset).
   """
   if not isinstance(target, Model):
     raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
   batch = prepare(target, encode_prompts(target, prompts, chat), max_new_tokens=max_new_tokens, sampling=sampling,
-                  drafter=drafter, k=k, stop_at_eos=stop_at_eos, mesh=mesh)
+                  drafter=drafter, k=k, stop_at_eos=stop_at_eos, mesh=mesh, tree=tree)
   out = run_batch(target, batch, seed=seed, calibration=calibration)
   texts = ([target.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
            if target.tokenizer is not None else None)

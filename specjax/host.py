@@ -76,6 +76,24 @@ def check_k(k, drafter):
   return int(k)
 
 
+def check_tree(tree, drafter, k) -> int:
+  """K of a tree's spec, its node count, after the checks: a StaticTree, a drafter that branches, k unset or N."""
+  from specjax.trees.static import StaticTree
+  if not isinstance(tree, StaticTree):
+    raise TypeError(f"tree must be a specjax.trees.StaticTree, got {type(tree).__name__}")
+  if drafter is None:
+    raise ValueError("a tree of drafts needs a drafter (e.g. specjax.drafters.DraftModel(small_model))")
+  if not drafter.branches:
+    raise ValueError(f"{type(drafter).__name__} cannot draft a tree (it proposes one continuation); the drafters "
+                     "that branch are DraftModel and QuantizedDraft")
+  if k is not None and k != tree.n_nodes:
+    raise ValueError(f"with a tree, each round verifies its {tree.n_nodes} nodes: leave k unset (got k={k!r})")
+  if tree.n_nodes > drafter.max_k:
+    raise ValueError(f"the tree's {tree.n_nodes} nodes exceed what {type(drafter).__name__} allows "
+                     f"(max_k={drafter.max_k})")
+  return tree.n_nodes
+
+
 def check_lengths(target, drafter, longest: int, max_new_tokens: int, max_k: int) -> int:
   """Positions the longest row needs (prompt + new tokens + drafts); a clear error when the target or the drafter
   cannot hold them."""
@@ -103,10 +121,10 @@ class PreparedBatch:
 
 def prepare(target, prompt_ids: list[list[int]], *, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
             drafter: Drafter | None = None, k=None, stop_at_eos: bool = True, mesh=None, min_prompt_bucket: int = 0,
-            min_cache_size: int = 0) -> PreparedBatch:
+            min_cache_size: int = 0, tree=None) -> PreparedBatch:
   """Every check of a request, then its spec and packed batch. prompt_ids: token ids per row (see
   `generate.encode_prompts`); min_prompt_bucket / min_cache_size raise the shapes (a benchmark shares them across
-  calls, so that one program serves many batches)."""
+  calls, so that one program serves many batches); tree: a `specjax.trees.StaticTree` of drafts per round."""
   from specjax.model import Model
   if not isinstance(target, Model):
     raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
@@ -115,7 +133,7 @@ def prepare(target, prompt_ids: list[list[int]], *, max_new_tokens: int, samplin
   if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
     raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
   check_drafter(target, drafter)
-  k = check_k(k, drafter)
+  k = check_k(k, drafter) if tree is None else check_tree(tree, drafter, k)
   if mesh is not None:
     from specjax.sharding import check_mesh
     check_mesh(mesh)
@@ -126,7 +144,7 @@ def prepare(target, prompt_ids: list[list[int]], *, max_new_tokens: int, samplin
   size = cache_size(max(bucket, needed, min_cache_size))
   spec = DecodeSpec(graphdef=target.graphdef, drafter=drafter, sampling=sampling, k=k,
                     eos_ids=tuple(target.config.eos_token_ids) if stop_at_eos else (), prompt_bucket=bucket,
-                    mesh=mesh, kernels=mesh is None)
+                    mesh=mesh, kernels=mesh is None, tree=tree)
   return PreparedBatch(spec, [list(p) for p in prompt_ids], *pack_batch(prompt_ids, size, max_new_tokens))
 
 

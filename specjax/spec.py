@@ -55,7 +55,7 @@ class PrefillSpec:
 class DecodeSpec:
   """What the decode program's trace depends on: the target graph, the drafter (a static, hashable object), the
   sampling setting, K (0 = autoregressive, an int, or a SpeculationPolicy that picks K per round), EOS ids, the
-  prompt bucket, the mesh and kernel routing."""
+  prompt bucket, the mesh, kernel routing and the tree of drafts (None: a chain of K)."""
 
   graphdef: Any
   drafter: Any                       # a specjax.drafters.Drafter, or None for autoregressive decoding
@@ -65,10 +65,18 @@ class DecodeSpec:
   prompt_bucket: int
   mesh: Any = None
   kernels: bool = True
+  tree: Any = None                   # a specjax.trees.StaticTree: rounds verify its N nodes (k == N); None: a chain
 
   def __post_init__(self):
     object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
     adaptive = isinstance(self.k, SpeculationPolicy)
+    if self.tree is not None:
+      from specjax.trees.static import StaticTree
+      if not isinstance(self.tree, StaticTree):
+        raise TypeError(f"DecodeSpec.tree must be a specjax.trees.StaticTree, got {type(self.tree).__name__}")
+      if adaptive or self.drafter is None or self.k != self.tree.n_nodes:
+        raise ValueError(f"a tree needs a drafter and k = its {self.tree.n_nodes} nodes (no adaptive policy); "
+                         f"got drafter {type(self.drafter).__name__}, k={self.k!r}")
     if not adaptive and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0):
       raise ValueError(f"DecodeSpec.k must be an int >= 0 or a SpeculationPolicy, got {self.k!r}")
     if self.drafter is None and (adaptive or self.k):

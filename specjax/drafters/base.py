@@ -38,6 +38,8 @@ class Drafter:
   #: True: `init` also receives the target's KV cache after the prompt (`target_cache=`), for a draft of the
   #: target's own architecture that can start from the target's keys and values instead of a prefill of its own.
   reads_target_cache: bool = False
+  #: True: `propose_tree` drafts a `specjax.trees.StaticTree` (several ranked children per context).
+  branches: bool = False
 
   def params(self) -> Any:
     return ()
@@ -54,6 +56,19 @@ class Drafter:
     tokens_BxS[b, :seq_len_B[b]] is row b's sequence; its last token is not yet verified by the target.
     """
     raise NotImplementedError
+
+  def propose_tree(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array, tree, sampling,
+                   keys_B: jax.Array) -> tuple[jax.Array, jax.Array, Any]:
+    """(tokens_BxN, q_BxN1xV, new state) for a `specjax.trees.StaticTree` of N nodes: each node's token, drawn
+    the tree's way (`tree.branching`) from the distribution of its parent's context, and q at every context (the
+    root's first, then each node's; what the children of that context were drawn from)."""
+    raise NotImplementedError(f"{type(self).__name__} does not draft trees")
+
+  def commit_tree(self, params, state, path_BxN: jax.Array, n_accepted_B: jax.Array, root_slot_B: jax.Array) -> Any:
+    """State after the target accepted the first n_accepted_B nodes of path_BxN (node indices, root first) of a
+    tree whose root sat at root_slot_B: a drafter that wrote the tree into a cache moves the accepted entries to
+    consecutive positions. `commit` follows, as after a chain."""
+    return state
 
   def worth_verifying(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array) -> jax.Array | None:
     """bool_B: rows whose next proposal the drafter itself expects to be worth a verification, or None (no

@@ -7,6 +7,7 @@ from specjax.cache import init_cache
 from specjax.drafters.base import Drafter
 from specjax.model import Model
 from specjax.sampling import distribution, sample
+from specjax.trees.layout import compact_path, tree_layout
 
 
 class DraftModel(Drafter):
@@ -15,6 +16,8 @@ class DraftModel(Drafter):
   Each round re-feeds the last two tokens of the sequence, which makes the cache right whatever the
   target accepted last round: rollback is only a matter of positions.
   """
+
+  branches = True
 
   def __init__(self, model: Model):
     if not isinstance(model, Model):
@@ -50,11 +53,16 @@ class DraftModel(Drafter):
     _, cache, _ = module.hidden_states(tokens_BxS[rows_B[:, None], positions_Bx1], positions_Bx1, state)
     return cache
 
-  def propose(self, params, state, tokens_BxS, seq_len_B, k, sampling, keys_B):
-    module = self.model.with_params(params).module()
+  def _refeed(self, module, state, tokens_BxS, seq_len_B):
+    """The last two tokens through the draft: (logits after the last one [B, V], cache)."""
     rows_B1 = jnp.arange(tokens_BxS.shape[0])[:, None]
     positions_Bx2 = seq_len_B[:, None] - 2 + jnp.arange(2)[None, :]
     logits, _, cache = module(tokens_BxS[rows_B1, positions_Bx2], positions_Bx2, state)
+    return logits[:, -1], cache
+
+  def propose(self, params, state, tokens_BxS, seq_len_B, k, sampling, keys_B):
+    module = self.model.with_params(params).module()
+    last_logits, cache = self._refeed(module, state, tokens_BxS, seq_len_B)
     keys_KxB = jnp.moveaxis(jax.vmap(lambda key: jax.random.split(key, k))(keys_B), 1, 0)
 
     def draw(logits_BxV, keys):
@@ -69,8 +77,52 @@ class DraftModel(Drafter):
       return (cache, logits[:, 0]), (token_B, q_BxV)
 
     (cache, last_logits), (tokens_KxB, q_KxBxV) = jax.lax.scan(
-        step, (cache, logits[:, -1]), (keys_KxB[:-1], jnp.arange(k - 1, dtype=jnp.int32)))
+        step, (cache, last_logits), (keys_KxB[:-1], jnp.arange(k - 1, dtype=jnp.int32)))
     final_token_B, final_q_BxV = draw(last_logits, keys_KxB[-1])
     draft_BxK = jnp.concatenate([tokens_KxB.T, final_token_B[:, None]], axis=1)
     q_BxKxV = jnp.concatenate([jnp.moveaxis(q_KxBxV, 0, 1), final_q_BxV[:, None]], axis=1)
     return draft_BxK, q_BxKxV, cache
+
+  def propose_tree(self, params, state, tokens_BxS, seq_len_B, tree, sampling, keys_B):
+    """Level by level: a level's nodes are the ranked choices of their parents' contexts (top-k of the draft's
+    logits, or Gumbel top-k draws from q: without replacement), then one draft call over the level, with the tree's
+    attention, gives the contexts of the next. The tree's entries stay in the draft cache for `commit_tree`."""
+    module = self.model.with_params(params).module()
+    batch, n = tokens_BxS.shape[0], tree.n_nodes
+    root_logits_BxV, cache = self._refeed(module, state, tokens_BxS, seq_len_B)
+    root_slot_B = seq_len_B - 1
+    layout = tree_layout(jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32), (batch, n)), root_slot_B)
+    logits_by_context = [root_logits_BxV]   # context c: the root (c = 0), then after node c - 1
+    tokens = []
+    width = 1 + max(tree.ranks)
+    ranked_by_context = {}
+    depths = tree.depths
+    for depth in range(1, tree.max_depth + 1):
+      level = [i for i in range(n) if depths[i] == depth]
+      for node in level:
+        context = tree.parents[node] + 1
+        if context not in ranked_by_context:
+          ranked_by_context[context] = _ranked_children(logits_by_context[context], width, sampling, tree.branching,
+                                                         jax.vmap(lambda key: jax.random.fold_in(key, context))(keys_B))
+        tokens.append(ranked_by_context[context][:, tree.ranks[node]])
+      if depth < tree.max_depth:
+        slots_BxL = root_slot_B[:, None] + 1 + jnp.asarray(level, jnp.int32)[None, :]
+        level_tokens_BxL = jnp.stack(tokens[level[0]:level[-1] + 1], axis=1)
+        hidden, cache, _ = module.hidden_states(level_tokens_BxL, slots_BxL, cache, tree=layout)
+        logits_by_context.extend(jnp.moveaxis(module.logits(hidden), 1, 0))
+    logits_BxCxV = jnp.stack(logits_by_context + [jnp.zeros_like(root_logits_BxV)] * (n + 1 - len(logits_by_context)),
+                             axis=1)
+    return jnp.stack(tokens, axis=1).astype(jnp.int32), distribution(logits_BxCxV, sampling), cache
+
+  def commit_tree(self, params, state, path_BxN, n_accepted_B, root_slot_B):
+    return compact_path(state, root_slot_B, path_BxN, n_accepted_B)
+
+
+def _ranked_children(logits_BxV, width: int, sampling, branching: str, keys_B):
+  """[B, width] children of one context in rank order: the draft's top choices ("top_k"), or draws from q without
+  replacement in draw order ("sample", Gumbel top-k; tokens outside q's support only after all that are in it)."""
+  if branching == "top_k":
+    return jax.lax.top_k(logits_BxV, width)[1]
+  q_BxV = distribution(logits_BxV, sampling)
+  gumbel_BxV = jax.vmap(lambda key: jax.random.gumbel(key, logits_BxV.shape[1:]))(keys_B)
+  return jax.lax.top_k(jnp.where(q_BxV > 0, jnp.log(q_BxV) + gumbel_BxV, -jnp.inf), width)[1]

@@ -19,7 +19,7 @@ from flax import nnx
 from specjax.engine.adaptive import adaptive_round
 from specjax.cache import init_cache
 from specjax.drafters.base import TargetFeatures
-from specjax.engine.round import init_drafter, prefill, score, speculative_round, target_features
+from specjax.engine.round import init_drafter, prefill, score, speculative_round, target_features, tree_round
 from specjax.engine.state import DecodeState, row_keys, unfinished
 from specjax.kernels.linear import use_kernels
 from specjax.policy import PolicyInputs, init_policy_state
@@ -55,6 +55,9 @@ def decode_program(target_params, drafter_params, state: DecodeState, prompt_len
       state = state.replace(policy=init_policy_state(spec.k, policy_inputs.round_cost_N))
       body = functools.partial(adaptive_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
                                inputs=policy_inputs, policy=spec.k, sampling=spec.sampling, eos_ids=spec.eos_ids)
+    elif spec.tree is not None:
+      body = functools.partial(tree_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
+                               tree=spec.tree, sampling=spec.sampling, eos_ids=spec.eos_ids)
     else:
       body = functools.partial(speculative_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
                                k=spec.k, sampling=spec.sampling, eos_ids=spec.eos_ids)

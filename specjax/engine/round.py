@@ -13,6 +13,8 @@ from specjax.drafters.base import TargetFeatures
 from specjax.engine.state import DecodeState, budget_spent, is_eos, round_keys
 from specjax.rejection import accept
 from specjax.sampling import distribution, sample
+from specjax.trees.layout import compact_path, tree_layout
+from specjax.trees.rejection import accept_tree
 
 
 def target_features(target, tokens_BxT, positions_BxT, cache, feature_layers):
@@ -124,10 +126,18 @@ def verify(target, state: DecodeState, draft_BxK: jax.Array, feature_layers=None
 def accept_and_commit(drafter, drafter_params, state: DecodeState, logits_BxK1xV, q_BxKxV, draft_BxK, cache,
                       draft_state, max_new_B, *, sampling, eos_ids: tuple, features=None) -> DecodeState:
   """Rejection sampling, then per-row commit: tokens, lengths (the cache rollback), stops and the round log."""
-  batch, k = draft_BxK.shape
-  rows_B = jnp.arange(batch)
   _, accept_keys = round_keys(state)
   n_accepted_B, next_B = accept_drafts(logits_BxK1xV, q_BxKxV, draft_BxK, accept_keys, sampling)
+  return commit(drafter, drafter_params, state, draft_BxK, n_accepted_B, next_B, cache, draft_state, max_new_B,
+                proposed=draft_BxK.shape[1], eos_ids=eos_ids, features=features)
+
+
+def commit(drafter, drafter_params, state: DecodeState, draft_BxK, n_accepted_B, next_B, cache, draft_state,
+           max_new_B, *, proposed: int, eos_ids: tuple, features=None) -> DecodeState:
+  """Per-row commit of the first n_accepted_B tokens of draft_BxK and then next_B: tokens, lengths (the cache
+  rollback), stops and the round log (`proposed`: the drafts this round verified)."""
+  batch, k = draft_BxK.shape
+  rows_B = jnp.arange(batch)
 
   index_1xK1 = jnp.arange(k + 1, dtype=jnp.int32)[None, :]
   padded_BxK1 = jnp.concatenate([draft_BxK, jnp.zeros((batch, 1), jnp.int32)], axis=1)
@@ -157,7 +167,7 @@ def accept_and_commit(drafter, drafter_params, state: DecodeState, logits_BxK1xV
       round=state.round + 1,
       accepted_RxB=state.accepted_RxB.at[state.round].set(jnp.where(active_B, n_accepted_B, -1)),
       emitted_RxB=state.emitted_RxB.at[state.round].set(count_B),
-      k_R=state.k_R.at[state.round].set(k),
+      k_R=state.k_R.at[state.round].set(proposed),
   )
 
 
@@ -170,3 +180,27 @@ def speculative_round(target, drafter, drafter_params, state: DecodeState, max_n
   logits_BxK1xV, cache, features = verify(target, state, draft_BxK, feature_layers)
   return accept_and_commit(drafter, drafter_params, state, logits_BxK1xV, q_BxKxV, draft_BxK, cache, draft_state,
                            max_new_B, sampling=sampling, eos_ids=eos_ids, features=features)
+
+
+def tree_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *, tree, sampling,
+               eos_ids: tuple) -> DecodeState:
+  """One round of a `StaticTree`: the drafter's N nodes, ONE target call over [last token] + nodes with the tree's
+  attention, exact acceptance down the tree, the accepted path compacted in both caches, then the chain's commit."""
+  draft_keys, accept_keys = round_keys(state)
+  tokens_BxN, q_BxN1xV, draft_state = drafter.propose_tree(drafter_params, state.draft_state, state.tokens_BxS,
+                                                           state.seq_len_B, tree, sampling, draft_keys)
+  batch, n = tokens_BxN.shape
+  root_slot_B = state.seq_len_B - 1
+  parent_BxN = jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32), (batch, n))
+  last_B = state.tokens_BxS[jnp.arange(batch), root_slot_B]
+  slots_BxN1 = root_slot_B[:, None] + jnp.arange(n + 1, dtype=jnp.int32)[None, :]
+  hidden, cache, _ = target.hidden_states(jnp.concatenate([last_B[:, None], tokens_BxN], axis=1), slots_BxN1,
+                                          state.cache, tree=tree_layout(parent_BxN, root_slot_B))
+  p_BxN1xV = distribution(target.logits(hidden), sampling)
+  path_BxN, n_accepted_B, next_B = accept_tree(p_BxN1xV, q_BxN1xV, tokens_BxN, parent_BxN, accept_keys,
+                                               branching=tree.branching, greedy=sampling.greedy)
+  cache = compact_path(cache, root_slot_B, path_BxN, n_accepted_B)
+  draft_state = drafter.commit_tree(drafter_params, draft_state, path_BxN, n_accepted_B, root_slot_B)
+  accepted_BxD = jnp.take_along_axis(tokens_BxN, jnp.maximum(path_BxN[:, :tree.max_depth], 0), axis=1)
+  return commit(drafter, drafter_params, state, accepted_BxD, n_accepted_B, next_B, cache, draft_state, max_new_B,
+                proposed=n, eos_ids=eos_ids)

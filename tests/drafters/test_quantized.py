@@ -136,3 +136,13 @@ def test_starts_from_the_targets_prompt_cache(target):
   state, cache = drafter_state(QuantizedDraft.from_model(shallow, "int8"))
   assert cache.k.shape[0] == 1 and cache.k.shape[1:] == state.cache.k.shape[1:]
   assert float(jnp.abs(cache.k[0, :, :5]).sum()) > 0  # its own prefill wrote the prompt
+
+
+def test_smollm2_tree_greedy_equals_greedy(smollm2_model, smollm2_drafts, smollm2_prompts, smollm2_greedy):
+  """A static tree of 8 nodes over the q4 self-draft, batch 4 with ragged prompts: token for token."""
+  from specjax.trees.static import StaticTree
+  tree = StaticTree(((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 0, 0, 0)))
+  result = specjax.generate(smollm2_model, smollm2_prompts[4], max_new_tokens=24, sampling=GREEDY,
+                            drafter=smollm2_drafts["q4"], tree=tree, stop_at_eos=False)
+  assert result.tokens == smollm2_greedy[4]
+  assert result.stats.rounds <= 12
