@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from specjax.sampling import SamplingParams, distribution
-from specjax.trees.rejection import accept_tree
+from specjax.trees.rejection import BRANCHINGS, accept_tree
 from test_rejection import ALPHA, chi_square_pvalue
 
 VOCAB = 6
@@ -108,11 +108,11 @@ SHAPES = [(1, 3), (2, 2), (3, 1), (4, 2)]
 @pytest.mark.parametrize("branching", ["top_k", "sample"])
 @pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: f"t{s.temperature}-k{s.top_k}-p{s.top_p}")
 def test_tree_joint_equals_target(branching, sampling):
-  for index, (width, depth) in enumerate(SHAPES):
-    if (width, depth) != SHAPES[(SETTINGS.index(sampling) + index) % len(SHAPES)] and index:
-      continue  # every setting meets the chain and one more shape; every shape meets several settings
-    counts, p = sampled_joint(sampling, width, depth, draw=branching, rule=branching, seed=index)
-    assert chi_square_pvalue(counts, target_joint(p)) > ALPHA, (width, depth)
+  """One shape per case, in turn: each branching meets every shape, each shape two or three settings."""
+  index = (SETTINGS.index(sampling) + BRANCHINGS.index(branching)) % len(SHAPES)
+  width, depth = SHAPES[index]
+  counts, p = sampled_joint(sampling, width, depth, draw=branching, rule=branching, seed=index)
+  assert chi_square_pvalue(counts, target_joint(p)) > ALPHA, (width, depth)
 
 
 @pytest.mark.parametrize("branching", ["top_k", "sample"])
