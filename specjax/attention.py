@@ -26,7 +26,7 @@ def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: 
                      q_positions_BxT: jax.Array, block: int, tree=None) -> jax.Array:
   """Causal attention of T queries at absolute positions against layer `layer`'s cache entries 0..position.
 
-  With `tree` (a `specjax.tree_layout.TreeLayout`; the T queries are a token tree in consecutive slots) a query
+  With `tree` (a `specjax.trees.layout.TreeLayout`; the T queries are a token tree in consecutive slots) a query
   sees the slots before the tree's root and its own ancestors' slots instead (the JAX path only, for now).
 
   Takes every layer's cache and reads the blocks of one layer straight from it: slicing the layer out first

@@ -85,7 +85,7 @@ def check_tree(tree, drafter, k) -> int:
     raise ValueError("a tree of drafts needs a drafter (e.g. specjax.drafters.DraftModel(small_model))")
   if not drafter.branches:
     raise ValueError(f"{type(drafter).__name__} cannot draft a tree (it proposes one continuation); the drafters "
-                     "that branch are DraftModel and QuantizedDraft")
+                     "that branch are DraftModel and its kinds (QuantizedDraft, LayerSkip)")
   if k is not None and k != tree.n_nodes:
     raise ValueError(f"with a tree, each round verifies its {tree.n_nodes} nodes: leave k unset (got k={k!r})")
   if tree.n_nodes > drafter.max_k:

@@ -89,40 +89,43 @@ class DraftModel(Drafter):
     attention, gives the contexts of the next. The tree's entries stay in the draft cache for `commit_tree`."""
     module = self.model.with_params(params).module()
     batch, n = tokens_BxS.shape[0], tree.n_nodes
+    parents, ranks, depths = tree.parents, tree.ranks, tree.depths
     root_logits_BxV, cache = self._refeed(module, state, tokens_BxS, seq_len_B)
     root_slot_B = seq_len_B - 1
-    layout = tree_layout(jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32), (batch, n)), root_slot_B)
+    layout = tree_layout(jnp.broadcast_to(jnp.asarray(parents, jnp.int32), (batch, n)), root_slot_B)
     logits_by_context = [root_logits_BxV]   # context c: the root (c = 0), then after node c - 1
+    q_by_context = [distribution(root_logits_BxV, sampling)]
     tokens = []
-    width = 1 + max(tree.ranks)
+    width = 1 + max(ranks)
     ranked_by_context = {}
-    depths = tree.depths
     for depth in range(1, tree.max_depth + 1):
       level = [i for i in range(n) if depths[i] == depth]
       for node in level:
-        context = tree.parents[node] + 1
+        context = parents[node] + 1
         if context not in ranked_by_context:
-          ranked_by_context[context] = _ranked_children(logits_by_context[context], width, sampling, tree.branching,
-                                                         jax.vmap(lambda key: jax.random.fold_in(key, context))(keys_B))
-        tokens.append(ranked_by_context[context][:, tree.ranks[node]])
+          ranked_by_context[context] = _ranked_children(
+              logits_by_context[context], q_by_context[context], width, tree.branching,
+              jax.vmap(lambda key: jax.random.fold_in(key, context))(keys_B))
+        tokens.append(ranked_by_context[context][:, ranks[node]])
       if depth < tree.max_depth:
         slots_BxL = root_slot_B[:, None] + 1 + jnp.asarray(level, jnp.int32)[None, :]
         level_tokens_BxL = jnp.stack(tokens[level[0]:level[-1] + 1], axis=1)
         hidden, cache, _ = module.hidden_states(level_tokens_BxL, slots_BxL, cache, tree=layout)
-        logits_by_context.extend(jnp.moveaxis(module.logits(hidden), 1, 0))
-    logits_BxCxV = jnp.stack(logits_by_context + [jnp.zeros_like(root_logits_BxV)] * (n + 1 - len(logits_by_context)),
-                             axis=1)
-    return jnp.stack(tokens, axis=1).astype(jnp.int32), distribution(logits_BxCxV, sampling), cache
+        level_logits_BxLxV = module.logits(hidden)
+        logits_by_context.extend(jnp.moveaxis(level_logits_BxLxV, 1, 0))
+        q_by_context.extend(jnp.moveaxis(distribution(level_logits_BxLxV, sampling), 1, 0))
+    leaf_q_BxV = distribution(jnp.zeros_like(root_logits_BxV), sampling)  # the last level has no children
+    q_BxN1xV = jnp.stack(q_by_context + [leaf_q_BxV] * (n + 1 - len(q_by_context)), axis=1)
+    return jnp.stack(tokens, axis=1).astype(jnp.int32), q_BxN1xV, cache
 
   def commit_tree(self, params, state, path_BxN, n_accepted_B, root_slot_B):
     return compact_path(state, root_slot_B, path_BxN, n_accepted_B)
 
 
-def _ranked_children(logits_BxV, width: int, sampling, branching: str, keys_B):
+def _ranked_children(logits_BxV, q_BxV, width: int, branching: str, keys_B):
   """[B, width] children of one context in rank order: the draft's top choices ("top_k"), or draws from q without
   replacement in draw order ("sample", Gumbel top-k; tokens outside q's support only after all that are in it)."""
   if branching == "top_k":
     return jax.lax.top_k(logits_BxV, width)[1]
-  q_BxV = distribution(logits_BxV, sampling)
   gumbel_BxV = jax.vmap(lambda key: jax.random.gumbel(key, logits_BxV.shape[1:]))(keys_B)
   return jax.lax.top_k(jnp.where(q_BxV > 0, jnp.log(q_BxV) + gumbel_BxV, -jnp.inf), width)[1]

@@ -36,7 +36,7 @@ class TreeLayout:
 def tree_layout(parent_BxN, root_slot_B) -> TreeLayout:
   """The layout of [root] + N nodes from each node's parent (-1: the root; below -1: padding, seen as a child of
   the root), the root at root_slot_B. Parents come before their children; a concrete parent array is checked."""
-  if isinstance(parent_BxN, np.ndarray) or not isinstance(parent_BxN, jax.core.Tracer):
+  if not isinstance(parent_BxN, jax.core.Tracer):
     concrete = np.asarray(parent_BxN)
     if concrete.ndim != 2:
       raise ValueError(f"parents must be [batch, nodes], got shape {concrete.shape}")
