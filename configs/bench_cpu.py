@@ -31,6 +31,13 @@ def get_config():
   c.phase_split_methods = ()       # methods that run it there (() = all; "ar" is the baseline theory divides by)
   c.paired_verify_calls = 0        # > 0: at those batch sizes, each K and category, this many alternated pairs of a
                                    # one-position and a K+1-position target call (report.md: verification cost)
+  c.tree_nodes = ()                # token-tree cells: a DynamicTree of each N here per tree method, at the first
+                                   # batch size, beside the chains (and, with paired_verify_calls, the paired cost
+                                   # of verifying N nodes against a step, at the first phase-split batch size)
+  c.tree_depth = 5                 # the trees' depth (at most N) and children per expanded node
+  c.tree_top_k = 4
+  c.tree_branching = "sample"      # "top_k" (each context's top choices) or "sample" (drawn from q)
+  c.tree_methods = ()              # drafter methods that run tree cells (() = every one that branches)
   c.prompts_per_category = 8
   c.max_new_tokens = 64
   c.max_prompt_tokens = 0          # 0 = no cut; otherwise keep each prompt's last N tokens

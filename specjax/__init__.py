@@ -10,5 +10,6 @@ from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
 from specjax.spec import DecodeSpec
 from specjax.stats import GenerationStats
+from specjax.trees import DynamicTree, StaticTree
 from specjax import drafters
 from specjax.drafters import truncated_model

@@ -27,7 +27,7 @@ def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: 
   """Causal attention of T queries at absolute positions against layer `layer`'s cache entries 0..position.
 
   With `tree` (a `specjax.trees.layout.TreeLayout`; the T queries are a token tree in consecutive slots) a query
-  sees the slots before the tree's root and its own ancestors' slots instead (the JAX path only, for now).
+  sees the slots before the tree's root and its own ancestors' slots instead.
 
   Takes every layer's cache and reads the blocks of one layer straight from it: slicing the layer out first
   would copy it whole (O(cache size) per layer and step, at every batch size). Every cache entry at or below a
@@ -40,9 +40,7 @@ def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: 
   if isinstance(layer, int) and not 0 <= layer < n_layers:
     raise ValueError(f"layer {layer} outside the cache's {n_layers} layers")
   blockwise = functools.partial(_blockwise_attention, layer=layer, block=block, tree=tree)
-  if tree is not None:
-    return blockwise(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT)
-  return attention_kernel.attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, layer, q_positions_BxT, blockwise)
+  return attention_kernel.attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, layer, q_positions_BxT, blockwise, tree)
 
 
 def _blockwise_attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT, *, layer, block: int, tree=None):

@@ -61,7 +61,8 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
   k: drafts per round (default 4 with a drafter), or "auto" / a SpeculationPolicy to pick K (0 included) every
   round from the measured acceptance and the round costs measured on this machine. calibration: where those costs
   are measured and kept (pass one `specjax.Calibration` to several calls to measure once); None measures anew.
-  tree: a `specjax.trees.StaticTree`: each round drafts its nodes and verifies them in one target call (k unset).
+  tree: a `specjax.StaticTree` or `specjax.DynamicTree`: each round drafts its nodes and verifies them in one
+    target call (k unset).
   """
   if not isinstance(target, Model):
     raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
@@ -71,5 +72,5 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
   texts = ([target.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
            if target.tokenizer is not None else None)
   stats = summarize(out.accepted_RxB, out.n_new_B, out.rounds, batch.spec.max_k, out.wall_s, out.first_token_s,
-                    out.k_R)
+                    out.k_R, tree=tree)
   return GenerationResult(tokens=out.tokens, texts=texts, stats=stats, prompt_tokens=batch.prompt_ids)

@@ -77,20 +77,20 @@ def check_k(k, drafter):
 
 
 def check_tree(tree, drafter, k) -> int:
-  """K of a tree's spec, its node count, after the checks: a StaticTree, a drafter that branches, k unset or N."""
-  from specjax.trees.static import StaticTree
-  if not isinstance(tree, StaticTree):
-    raise TypeError(f"tree must be a specjax.trees.StaticTree, got {type(tree).__name__}")
+  """K of a tree's spec, its node count, after the checks: a StaticTree or DynamicTree, a drafter that branches
+  that deep, k unset or N."""
+  from specjax.trees import TREES
+  if not isinstance(tree, TREES):
+    raise TypeError(f"tree must be a specjax.StaticTree or specjax.DynamicTree, got {type(tree).__name__}")
   if drafter is None:
     raise ValueError("a tree of drafts needs a drafter (e.g. specjax.drafters.DraftModel(small_model))")
   if not drafter.branches:
-    raise ValueError(f"{type(drafter).__name__} cannot draft a tree (it proposes one continuation); the drafters "
-                     "that branch are DraftModel and its kinds (QuantizedDraft, LayerSkip)")
+    raise ValueError(f"{type(drafter).__name__} cannot draft a tree (it proposes one continuation)")
   if k is not None and k != tree.n_nodes:
     raise ValueError(f"with a tree, each round verifies its {tree.n_nodes} nodes: leave k unset (got k={k!r})")
-  if tree.n_nodes > drafter.max_k:
-    raise ValueError(f"the tree's {tree.n_nodes} nodes exceed what {type(drafter).__name__} allows "
-                     f"(max_k={drafter.max_k})")
+  if drafter.max_tree_depth is not None and tree.max_depth > drafter.max_tree_depth:
+    raise ValueError(f"the tree is {tree.max_depth} levels deep; {type(drafter).__name__} drafts at most "
+                     f"{drafter.max_tree_depth}")
   return tree.n_nodes
 
 
@@ -124,7 +124,8 @@ def prepare(target, prompt_ids: list[list[int]], *, max_new_tokens: int, samplin
             min_cache_size: int = 0, tree=None) -> PreparedBatch:
   """Every check of a request, then its spec and packed batch. prompt_ids: token ids per row (see
   `generate.encode_prompts`); min_prompt_bucket / min_cache_size raise the shapes (a benchmark shares them across
-  calls, so that one program serves many batches); tree: a `specjax.trees.StaticTree` of drafts per round."""
+  calls, so that one program serves many batches); tree: a `specjax.StaticTree` or `DynamicTree` of drafts per
+  round."""
   from specjax.model import Model
   if not isinstance(target, Model):
     raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
@@ -138,7 +139,7 @@ def prepare(target, prompt_ids: list[list[int]], *, max_new_tokens: int, samplin
     from specjax.sharding import check_mesh
     check_mesh(mesh)
   longest = max(len(p) for p in prompt_ids)
-  max_k = k.max_k if isinstance(k, SpeculationPolicy) else k
+  max_k = k.max_k if isinstance(k, SpeculationPolicy) else k if tree is None else tree.slots
   needed = check_lengths(target, drafter, longest, max_new_tokens, max_k)
   bucket = max(min_prompt_bucket, prompt_bucket(longest))
   size = cache_size(max(bucket, needed, min_cache_size))

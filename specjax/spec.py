@@ -65,15 +65,15 @@ class DecodeSpec:
   prompt_bucket: int
   mesh: Any = None
   kernels: bool = True
-  tree: Any = None                   # a specjax.trees.StaticTree: rounds verify its N nodes (k == N); None: a chain
+  tree: Any = None                   # a StaticTree or DynamicTree: rounds verify its N nodes (k == N); None: a chain
 
   def __post_init__(self):
     object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
     adaptive = isinstance(self.k, SpeculationPolicy)
     if self.tree is not None:
-      from specjax.trees.static import StaticTree
-      if not isinstance(self.tree, StaticTree):
-        raise TypeError(f"DecodeSpec.tree must be a specjax.trees.StaticTree, got {type(self.tree).__name__}")
+      from specjax.trees import TREES
+      if not isinstance(self.tree, TREES):
+        raise TypeError(f"DecodeSpec.tree must be a StaticTree or DynamicTree, got {type(self.tree).__name__}")
       if adaptive or self.drafter is None or self.k != self.tree.n_nodes:
         raise ValueError(f"a tree needs a drafter and k = its {self.tree.n_nodes} nodes (no adaptive policy); "
                          f"got drafter {type(self.drafter).__name__}, k={self.k!r}")

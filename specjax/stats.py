@@ -11,6 +11,11 @@ The loop's record is `accepted_RxB` (accepted drafts per round and row, -1 where
 (the K proposed in each round). `active_rounds` flattens it to the active row-rounds `accepted_N` with the K of
 each, `k_N`; every figure below is a pure function of those two, so records of several calls with different batch
 sizes pool by concatenation. A figure that is undefined (no active rounds, no drafts proposed) is None.
+
+A token tree of N nodes and depth D accepts a path of n <= D nodes: its per-position figures are per depth (K = D:
+P(depth i accepted | depth i - 1 was)), its acceptance rate and nodes per accepted token count the N nodes
+verified, and a round ends in a bonus when the path reached depth D (a shallower leaf's bonus counts as a
+correction: the record holds only n).
 """
 
 import dataclasses
@@ -105,6 +110,11 @@ def correction_rate(accepted_N, k_N) -> float | None:
   return _ratio(int((np.asarray(accepted_N) < np.asarray(k_N)).sum()), active_row_rounds(accepted_N))
 
 
+def verified_per_accepted(accepted_N, verified_N) -> float | None:
+  """Drafts verified (K, or a tree's N nodes) per accepted draft: the verification work one accepted token costs."""
+  return _ratio(proposed_drafts(verified_N), accepted_drafts(accepted_N))
+
+
 def mean_k(k_N) -> float | None:
   """Drafts proposed per active row-round (K itself unless the adaptive policy varied it)."""
   return _ratio(proposed_drafts(k_N), np.size(k_N))
@@ -128,6 +138,8 @@ class GenerationStats:
   mean_k: float = 0.0                       # drafts proposed per active row-round
   wall_time_s: float = 0.0                  # generate() call, including any compilation
   first_token_s: float = 0.0                # time to first token: the prefill program (and its compilation)
+  tree_nodes: int = 0                       # a token tree's N nodes verified per round (k is then its depth); 0: chain
+  verified_per_accepted: float = 0.0        # drafts (or tree nodes) verified per accepted draft
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -138,11 +150,15 @@ def _or_zero(value: float | None) -> float:
 
 
 def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k: int,
-              wall_time_s: float = 0.0, first_token_s: float = 0.0, k_R=None) -> GenerationStats:
+              wall_time_s: float = 0.0, first_token_s: float = 0.0, k_R=None, tree=None) -> GenerationStats:
   """Stats from the loop's [rounds, batch] record of accepted counts (-1 marks an inactive row). k_R: drafts
-  proposed in each round when K varied (adaptive policy); k is then the largest K."""
+  proposed in each round when K varied (adaptive policy); k is then the largest K. tree: the rounds' token tree
+  (a StaticTree or DynamicTree): k is then its depth and k_R is not read."""
   record = np.asarray(accepted_RxB, np.int64)[:rounds]
+  if tree is not None:
+    k, k_R = tree.max_depth, None
   accepted_N, k_N = active_rounds(record, k if k_R is None else np.asarray(k_R)[:rounds])
+  verified_N = k_N if tree is None else np.full_like(k_N, tree.n_nodes)
   return GenerationStats(
       rounds=int(rounds),
       k=int(k),
@@ -150,7 +166,7 @@ def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k
       new_tokens=[int(n) for n in new_tokens_B],
       mean_accepted_per_round=_or_zero(mean_accepted_per_round(accepted_N)),
       mean_tokens_per_round=_or_zero(tokens_per_round(accepted_N)),
-      acceptance_rate=_or_zero(acceptance_rate(accepted_N, k_N)),
+      acceptance_rate=_or_zero(acceptance_rate(accepted_N, verified_N)),
       acceptance_rate_per_position=[_or_zero(p) for p in acceptance_per_position(accepted_N, k_N, int(k))],
       bonus_rate=_or_zero(bonus_rate(accepted_N, k_N)),
       correction_rate=_or_zero(correction_rate(accepted_N, k_N)),
@@ -158,4 +174,6 @@ def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k
       mean_k=_or_zero(mean_k(k_N)),
       wall_time_s=wall_time_s,
       first_token_s=first_token_s,
+      tree_nodes=0 if tree is None else tree.n_nodes,
+      verified_per_accepted=_or_zero(verified_per_accepted(accepted_N, verified_N)),
   )

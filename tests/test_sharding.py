@@ -1,4 +1,5 @@
-"""Sharded generation equals unsharded, and the verify call really splits the target over "model"."""
+"""Sharded generation equals unsharded (chains and token trees), and the verify call really splits the target over
+"model"."""
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +44,12 @@ def test_sharded_greedy_equals_unsharded(models, unsharded, shape):
   for drafter in (drafters.DraftModel(draft), drafters.PromptLookup()):
     out = specjax.generate(target, PROMPTS, max_new_tokens=20, sampling=GREEDY, drafter=drafter, k=3, mesh=mesh)
     assert out.tokens == unsharded
+  trees = (specjax.DynamicTree(8, 3, 3), specjax.StaticTree(((0,), (1,), (0, 0), (1, 0), (0, 0, 0)), "sample"))
+  trees = trees if shape == (2, 4) else trees[::-1]  # each drafter meets both kinds of tree over the meshes
+  for drafter, tree in zip((drafters.DraftModel(draft), drafters.PromptLookup()), trees):
+    out = specjax.generate(target, PROMPTS, max_new_tokens=20, sampling=GREEDY, drafter=drafter, tree=tree,
+                           mesh=mesh)
+    assert out.tokens == unsharded, (type(drafter).__name__, tree)
 
 
 def test_verify_call_splits_target_weights_over_model(models):

@@ -122,3 +122,16 @@ def test_no_rounds_and_autoregressive():
   assert summary["tokens_per_round"] == 1.0 and summary["acceptance_rate"] is None and summary["alpha"] is None
   assert summary["mean_k"] == 0.0
   assert _policy_alpha([0, 0], 0) == 0.25
+
+
+def test_tree_figures_by_hand():
+  """A tree of 8 nodes, 3 deep: per-depth acceptance, rates over the 8 nodes verified, a bonus at depth 3."""
+  from specjax.trees import DynamicTree
+  record = np.asarray([[3, 0], [1, 2], [-1, 3]])
+  summary = stats.summarize(record, np.asarray([9, 8]), rounds=3, k=8, tree=DynamicTree(nodes=8, depth=3, top_k=2))
+  assert (summary.k, summary.tree_nodes) == (3, 8)
+  assert summary.mean_tokens_per_round == pytest.approx(1 + 9 / 5)
+  assert summary.acceptance_rate == pytest.approx(9 / 40)
+  assert summary.verified_per_accepted == pytest.approx(40 / 9)
+  assert summary.acceptance_rate_per_position == pytest.approx([4 / 5, 3 / 4, 2 / 3])
+  assert (summary.bonus_rate, summary.correction_rate) == (pytest.approx(2 / 5), pytest.approx(3 / 5))

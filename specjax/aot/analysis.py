@@ -152,3 +152,19 @@ def interpolate(one: ProgramFigures, many: ProgramFigures, k: int) -> ProgramFig
            if kind in (int, "int") and name not in ("positions", "k", "hbm_bytes")}
   return dataclasses.replace(many, name=f"verify_k{k}", positions=k + 1, k=k, collectives=comm, interpolated=True,
                              compile_s=0.0, **numeric, **sizes)
+
+
+def widen(step: ProgramFigures, positions: int) -> ProgramFigures:
+  """A compiled 1-position step's figures over `positions` positions (a draft call over one tree level): FLOPs,
+  collective payloads and new outputs grow with the positions; weights and the KV cache are read once."""
+  if step.positions != 1 or positions < 1:
+    raise ValueError(f"widen takes a 1-position step and positions >= 1, got {step.positions} and {positions}")
+  extra = (positions - 1) * (step.output_bytes - step.alias_bytes)
+  comm = {kind: dict(entry, result_bytes=entry["result_bytes"] * positions,
+                     moved_bytes=entry["moved_bytes"] * positions) for kind, entry in step.collectives.items()}
+  roofline_bytes = step.roofline_bytes + extra
+  return dataclasses.replace(
+      step, name=f"{step.name}_x{positions}", positions=positions, flops=step.flops * positions,
+      model_flops=step.model_flops * positions, roofline_bytes=roofline_bytes, collectives=comm,
+      compute_ms=step.compute_ms * positions, memory_ms=step.memory_ms * roofline_bytes / step.roofline_bytes,
+      comm_ms=step.comm_ms * positions, interpolated=True, compile_s=0.0)

@@ -52,6 +52,26 @@ def prediction_table(result: dict) -> str:
   return _table(["K", "verify K+1 ms", "interpolated", "spec ms/token", "speedup"], rows)
 
 
+def tree_cost_table(trees: dict) -> str:
+  rows = [[r["n"], r["verify_ms"], r["chain_verify_ms"], "interpolated" if r["chain_interpolated"] else "compiled",
+           r["ar_ms"], r["verify_ratio"], r["chain_verify_ratio"]] for r in trees["rows"]]
+  return _table(["N", "tree verify ms", "chain verify K=N ms", "chain K=N", "step ms", "tree / step", "chain / step"],
+                rows)
+
+
+def tree_speedup_table(trees: dict) -> str:
+  rows = []
+  for r in trees["rows"]:
+    for rate, entry in r["by_sibling_rate"].items():
+      best, balanced = entry["best"], entry["balanced"]
+      rows.append([r["n"], float(rate), best["depth"], "+".join(map(str, best["draft_calls"])),
+                   best["expected_tokens"], best["speedup"], balanced["expected_tokens"], balanced["speedup"],
+                   r["best_chain_k"], r["best_chain_speedup"], entry["vs_best_chain"]])
+  return _table(["N", "sibling rate", "best tree depth", "draft call widths", "tokens/round", "speedup",
+                 "balanced tree tokens/round", "balanced speedup", "best chain K <= N", "chain speedup",
+                 "tree / chain"], rows)
+
+
 def paper_table(comparison: dict) -> str:
   rows = [["autoregressive", comparison["paper_ar_ms_per_token"], 1.0, None, None,
            comparison["roofline_ar_ms_per_token"], 1.0]]
@@ -92,6 +112,19 @@ def markdown(result: dict) -> str:
       f"Autoregressive: {result['predicted_ms_per_token_ar']:.3f} ms/token.",
       prediction_table(result),
   ]
+  if "trees" in result:
+    trees = result["trees"]
+    parts += [f"## Token trees (branching {trees['branching']!r}, rank-0 children accepted at alpha "
+              f"{trees['alpha']})",
+              "Tree verify: the target over the root + N nodes of `StaticTree.balanced(N)` with the tree's attention, "
+              "exact tree acceptance and the accepted path compacted; the chain verify at K = N scores the same "
+              "N + 1 positions.",
+              tree_cost_table(trees),
+              "Speedup over the autoregressive step: the likeliest static tree of N nodes at the depth that pays best "
+              "(expected tokens per round = 1 + the sum over nodes of the probability that the node's path is "
+              "accepted; rank 0 at alpha, a lower rank at the sibling rate once the higher-ranked siblings were "
+              "rejected), one draft call per level above the leaves; beside the best chain of K <= N drafts.",
+              tree_speedup_table(trees)]
   if "paper_comparison" in result:
     comparison = result["paper_comparison"]
     parts += [f"## Against the paper (K={comparison['k']}): {comparison.get('source', '')}", paper_table(comparison)]

@@ -4,13 +4,14 @@ import time
 
 import jax
 
-from specjax.aot import analysis, paper, programs
+from specjax.aot import analysis, paper, programs, trees
 from specjax.aot.analysis import ProgramFigures, shard_bytes
 from specjax.aot.predict import spec_ms_per_token, spec_speedup
 from specjax.aot.report import format_bytes
 from specjax.aot.settings import AotSettings
 from specjax.aot.topology import Topology, get_topology, topology_mesh
 from specjax.sharding import abstract_sharded_params, check_divides
+from specjax.trees.static import StaticTree
 
 GB = 1e9
 
@@ -70,9 +71,14 @@ def run_aot(settings: AotSettings, log=print) -> dict:
   compiled = {k: _compile(programs.verify_program(config=settings.target, k=k, **args), topology, settings, log)
               for k in settings.compile_ks}
   verify = {k: _verify_figures(ar, compiled, k) for k in settings.ks}
+  branching = "top_k" if settings.sampling.greedy else "sample"
+  tree_shapes = {n: StaticTree.balanced(n, branching=branching) for n in settings.tree_nodes}
+  tree_verify = {n: (tree, _compile(programs.tree_verify_program(config=settings.target, tree=tree, **args), topology,
+                                    settings, log))
+                 for n, tree in tree_shapes.items()}
 
   alpha, ar_ms, draft_ms = settings.acceptance_rate, ar.roofline_ms, draft.roofline_ms
-  everything = [draft, ar, *compiled.values()]
+  everything = [draft, ar, *compiled.values(), *(figures for _, figures in tree_verify.values())]
   resident = (ar.argument_bytes + draft.argument_bytes + max(f.temp_bytes for f in everything)
               + max(f.output_bytes - f.alias_bytes for f in everything))
   result = {
@@ -95,6 +101,9 @@ def run_aot(settings: AotSettings, log=print) -> dict:
       "predicted_speedup": {str(k): spec_speedup(alpha, k, ar_ms, draft_ms, verify[k].roofline_ms)
                             for k in settings.ks},
   }
+  if tree_verify:
+    result["trees"] = trees.tree_predictions(ar, draft, tree_verify, lambda k: _verify_figures(ar, compiled, k), alpha,
+                                             settings.tree_sibling_rates, branching)
   if settings.paper:
     comparison = paper.compare_with_paper(settings.paper, settings.k, ar_ms, draft_ms,
                                           verify[settings.k].roofline_ms, ar.n_collectives)

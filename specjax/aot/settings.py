@@ -6,6 +6,12 @@ from specjax.config import ModelConfig
 from specjax.quantize import check_weights
 from specjax.sampling import SamplingParams
 from specjax.sharding import parse_mesh_shape
+from specjax.trees.static import StaticTree
+
+# Assumed, bracketing: a rank-r > 0 child is accepted at this rate once every higher-ranked sibling was rejected.
+# 1.0 is what SmolLM2's greedy q4 self-draft shows (docs/results.md section 15: a tree of 8 adds what a second
+# choice that never misses would add); 0.25 and 0.5 are for drafts whose second choice is a guess.
+TREE_SIBLING_RATES = (0.25, 0.5, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +30,8 @@ class AotSettings:
   sampling: SamplingParams
   paper: dict | None = None
   draft_weights: str = "float"   # "float" (the draft config's dtype), "int8" or "q4": the draft's stored weights
+  tree_nodes: tuple = ()         # node budgets N whose tree verify is compiled (StaticTree.balanced(N)); () = none
+  tree_sibling_rates: tuple = TREE_SIBLING_RATES  # acceptance of a lower-ranked child once the higher ones failed
 
   def mesh_shape(self, n_devices: int) -> tuple[int, int]:
     if not self.mesh:
@@ -46,8 +54,23 @@ def _positive_ints(name, values) -> tuple:
   return values
 
 
-def settings_from_config(config, topology: str = "", mesh: str | None = None) -> AotSettings:
-  """Reads the AOT keys of `config`; `topology` / `mesh` override the config's (mesh "" = 1 x all chips)."""
+def _tree_settings(c, tree_nodes) -> dict:
+  nodes = tuple(c.get("tree_nodes", ())) if tree_nodes is None else tuple(tree_nodes)
+  nodes = _positive_ints("tree_nodes", nodes) if nodes else ()
+  for n in nodes:
+    try:
+      StaticTree.balanced(n)
+    except ValueError as err:
+      raise ValueError(f"config.tree_nodes: {err}") from None
+  rates = tuple(float(r) for r in c.get("tree_sibling_rates", TREE_SIBLING_RATES))
+  if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
+    raise ValueError(f"config.tree_sibling_rates must be a non-empty list in [0, 1], got {list(rates)}")
+  return dict(tree_nodes=tuple(sorted(set(nodes))), tree_sibling_rates=rates)
+
+
+def settings_from_config(config, topology: str = "", mesh: str | None = None, tree_nodes=None) -> AotSettings:
+  """Reads the AOT keys of `config`; `topology` / `mesh` / `tree_nodes` override the config's (mesh "" = 1 x all
+  chips)."""
   c = config
   k = _positive_ints("k", [c.k])[0]
   ks = _positive_ints("ks", c.get("ks", (k,)))
@@ -82,4 +105,5 @@ def settings_from_config(config, topology: str = "", mesh: str | None = None) ->
       k=k, ks=tuple(sorted(set(ks) | {k})), compile_ks=tuple(sorted(set(compile_ks))), cache_len=cache_len,
       context_len=context_len, acceptance_rate=alpha,
       sampling=SamplingParams(c.get("temperature", 1.0), c.get("top_k", 0), c.get("top_p", 1.0)),
-      paper=paper.to_dict() if hasattr(paper, "to_dict") else paper, draft_weights=draft_weights)
+      paper=paper.to_dict() if hasattr(paper, "to_dict") else paper, draft_weights=draft_weights,
+      **_tree_settings(c, tree_nodes))

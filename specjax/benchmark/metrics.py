@@ -79,13 +79,21 @@ def percentile(values, q: float) -> float | None:
   return float(np.percentile(values, q)) if values.size else None
 
 
-def summarize_calls(records, k: int) -> dict:
+def summarize_calls(records, k: int, tree=None) -> dict:
+  """The run's figures over its call records. With `tree` (the rounds' token tree) K is its depth: alpha and the
+  per-depth acceptance are per level, the acceptance rate and verified_per_accepted count its N nodes."""
   lat = latencies_ms_per_token(records)
+  if tree is not None:
+    records, k = [dict(r, k_R=None) for r in records], tree.max_depth
+  accepted_N, k_N = pooled_rounds(records, k)
+  verified_N = k_N if tree is None else np.full_like(k_N, tree.n_nodes)
   return {
       "tokens_per_round": tokens_per_round(records),
-      "mean_k": mean_k(records, k),
-      "acceptance_rate": acceptance_rate(records, k),
-      "alpha": alpha_estimate(records, k),
+      "mean_k": stats.mean_k(verified_N),
+      "acceptance_rate": stats.acceptance_rate(accepted_N, verified_N),
+      "alpha": stats.alpha(accepted_N, k_N),
+      "verified_per_accepted": stats.verified_per_accepted(accepted_N, verified_N),
+      "acceptance_per_depth": stats.acceptance_per_position(accepted_N, k_N, k) if tree is not None else None,
       "throughput_tok_s": throughput(records),
       "decode_tok_s": decode_throughput(records),
       "latency_ms_per_token_p50": percentile(lat, 50),

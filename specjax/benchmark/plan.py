@@ -25,7 +25,8 @@ MAX_K = 64
 # Every key of configs/bench_cpu.py (tests/benchmark/test_plan.py keeps the two the same).
 SETTINGS = ("model", "dtype", "weights", "random_model", "methods", "drafter_dirs", "categories", "ks", "auto_ks",
             "batch_sizes", "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods",
-            "paired_verify_calls", "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket",
+            "paired_verify_calls", "tree_nodes", "tree_depth", "tree_top_k", "tree_branching", "tree_methods",
+            "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket",
             "repeats", "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat",
             "stop_at_eos", "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
 
@@ -38,9 +39,11 @@ def methods() -> tuple[str, ...]:
 @dataclasses.dataclass(frozen=True)
 class Cell:
   method: str
-  k: int | str          # drafts per round, or "auto" (the adaptive SpeculationPolicy over config.auto_ks)
+  k: int | str          # drafts per round, "auto" (the adaptive SpeculationPolicy over config.auto_ks) or
+                        # "tree:N" (a token tree of N nodes, `tree`)
   batch_size: int
   temperature: float
+  tree: object = None   # the cell's StaticTree or DynamicTree
 
   @property
   def auto(self) -> bool:
@@ -137,6 +140,7 @@ def validate_config(config) -> dict:
     raise ValueError(f"config.sweep must be one of {SWEEPS}, got {c['sweep']!r}")
   if c["peers"] not in PEERS:
     raise ValueError(f"config.peers must be one of {PEERS}, got {c['peers']!r}")
+  _trees(c)
   if c["peers"] and c["model"] == "random":
     raise ValueError(f"config.peers={c['peers']!r} needs a model file (a GGUF or 'smollm2-135m'), not "
                      f"model='random'")
@@ -148,12 +152,39 @@ def validate_config(config) -> dict:
   return c
 
 
-def plan(c: dict, max_k: dict | None = None) -> list[Cell]:
+def tree_key(n_nodes: int) -> str:
+  return f"tree:{n_nodes}"
+
+
+def _trees(c: dict) -> None:
+  """Checks the tree settings and puts the cells' trees in c["trees"] (one per config.tree_nodes)."""
+  from specjax.trees import DynamicTree
+  from specjax.trees.rejection import BRANCHINGS
+  c["tree_nodes"] = _ints("tree_nodes", c["tree_nodes"], 1) if c["tree_nodes"] else ()
+  for name in ("tree_depth", "tree_top_k"):
+    if isinstance(c[name], bool) or not isinstance(c[name], (int, np.integer)) or c[name] < 1:
+      raise ValueError(f"config.{name} must be an int >= 1, got {c[name]!r}")
+  if c["tree_branching"] not in BRANCHINGS:
+    raise ValueError(f"config.tree_branching must be one of {list(BRANCHINGS)}, got {c['tree_branching']!r}")
+  c["tree_methods"] = tuple(c["tree_methods"]) or tuple(
+      m for m in c["methods"][1:] if registry.get(split_method(m)[0]).drafter.branches)
+  missing = [m for m in c["tree_methods"] if m not in c["methods"][1:]]
+  if missing:
+    raise ValueError(f"tree_methods {missing} are not drafter methods of config.methods {list(c['methods'])}")
+  try:
+    c["trees"] = tuple(DynamicTree(n, min(int(c["tree_depth"]), n), int(c["tree_top_k"]), c["tree_branching"])
+                       for n in c["tree_nodes"])
+  except ValueError as err:
+    raise ValueError(f"config.tree_nodes / tree_depth / tree_top_k: {err}") from None
+
+
+def plan(c: dict, max_k: dict | None = None, max_tree_depth: dict | None = None) -> list[Cell]:
   """Cells to run: AR at every batch size, plus each drafter method over K x batch size ('grid'), over K at the
   first batch size and over batch sizes at the first K ('axes'), or at the first K and batch size only, the first
   drafter method also at the last K and last batch size together ('smoke': every code path, fewest compilations);
-  the adaptive K ("auto") at every batch size ('grid') or at the first. K above a method's max_k (e.g. Medusa's
-  head count) is skipped."""
+  the adaptive K ("auto") at every batch size ('grid') or at the first; the token trees of config.tree_nodes at the
+  first batch size, for each tree method. K above a method's max_k (e.g. Medusa's head count) is skipped, and so
+  is a tree deeper than it."""
   sweep, first_b = c["sweep"], c["batch_sizes"][0]
   first_k, last = (c["ks"][0], (c["ks"][-1], c["batch_sizes"][-1])) if c["ks"] else (None, None)
   cells = []
@@ -169,4 +200,7 @@ def plan(c: dict, max_k: dict | None = None) -> list[Cell]:
           cells.append(Cell(method, k, batch, temp))
       if c["auto_ks"] and (sweep == "grid" or batch == first_b):
         cells.append(Cell(method, AUTO, batch, temp))
+      if batch == first_b and method in c.get("tree_methods", ()):
+        cells.extend(Cell(method, tree_key(tree.n_nodes), batch, temp, tree) for tree in c.get("trees", ())
+                     if tree.max_depth <= ((max_tree_depth or {}).get(method) or MAX_K))
   return cells

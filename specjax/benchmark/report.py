@@ -112,6 +112,41 @@ def drafters_section(ours) -> list[str]:
                  + (["paired"] if paired else []), table), ""]
 
 
+def trees_section(ours, tree_costs: list) -> list[str]:
+  """Each token-tree cell beside its drafter's chains in the same category, batch size and temperature: tokens per
+  round (and against the chain at K=4, or the largest K below it), per-depth acceptance, nodes verified per accepted
+  token and the speedups; then the paired cost of verifying N tree nodes."""
+  trees = [r for r in ours if r.get("tree")]
+  if not trees and not tree_costs:
+    return []
+  parts = ["## Token trees beside chains", ""]
+  if trees:
+    def chain(r):
+      chains = {c["k"]: c for c in ours if (c["method"], c["category"], c["batch_size"], c["temperature"])
+                == (r["method"], r["category"], r["batch_size"], r["temperature"]) and not isinstance(c["k"], str)}
+      below = [k for k in chains if k <= 4]
+      return chains[max(below)] if below else None
+    rows = []
+    for r in sorted(trees, key=lambda r: (r["temperature"], r["category"], r["method"], r["tree"]["nodes"])):
+      base = chain(r)
+      per_depth = "/".join(_fmt(a) for a in r["acceptance_per_depth"] or [])
+      rows.append([r["category"], r["temperature"], r["batch_size"], r["method"],
+                   f"{r['tree']['nodes']} ({r['tree']['depth']}x{r['tree']['top_k']}, {r['tree']['branching']})",
+                   r["tokens_per_round"], base and f"K={base['k']}: {_fmt(base['tokens_per_round'])}",
+                   base and base["tokens_per_round"] and r["tokens_per_round"] / base["tokens_per_round"],
+                   per_depth, r.get("verified_per_accepted"), r["speedup_vs_ar"], r.get("paired_speedup_vs_ar")])
+    parts += ["Dynamic trees (EAGLE-2: nodes, depth x top_k, branching). tok/round against the same drafter's chain; "
+              "acceptance per depth: P(depth d accepted | depth d - 1 was).", "",
+              _table(["category", "T", "B", "method", "tree", "tok/round", "chain", "tree / chain",
+                      "acceptance per depth", "nodes / accepted", "speedup", "paired"], rows), ""]
+  if tree_costs:
+    rows = [[p["batch_size"], p["k"], p["filled"], p["step_ms"], p["verify_ms"], p["ratio"]] for p in tree_costs]
+    parts += ["Verifying N tree nodes (a balanced tree: root + N positions with the tree's attention) against a "
+              "one-position step, alternated from the same cache fill; medians.", "",
+              _table(["B", "N", "filled", "step ms", "verify ms", "ratio"], rows), ""]
+  return parts
+
+
 def verify_cost_section(pairs: list) -> list[str]:
   """The paired verification cost (`specjax.benchmark.verify_cost`), when the run measured it."""
   if not pairs:
@@ -152,6 +187,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
              r["fraction_of_bandwidth_bound"]] for r in ar_rows]
     parts += [_table(["B", "category", "T", "tok/s", "bound tok/s", "fraction"], rows), ""]
   parts += verify_cost_section(first.get("paired_verify_cost") or [])
+  parts += trees_section(ours, first.get("paired_tree_verify_cost") or [])
   parts += ["## Theory beside measurement", "",
             "alpha: per-position acceptance estimate; E: (1-alpha^(K+1))/(1-alpha); c: draft step / AR step; "
             "r: verify+accept round / AR step (phase-split); predicted = E / (K c + r) (Leviathan et al. 2023 "

@@ -6,6 +6,7 @@ Shapes are shared to bound compilation: one cache size for the whole run and one
 Each program's first call compiles, generates one token and is not timed (its time is reported as `compile_s`).
 """
 
+import dataclasses
 import itertools
 import os
 import platform
@@ -23,6 +24,7 @@ from specjax.calibration import Calibration
 from specjax.drafters import registry
 from specjax.policy import SpeculationPolicy
 from specjax.quantize import quantize_model
+from specjax.trees import StaticTree
 
 REQUIRED_KEYS = ("method", "k", "batch_size", "category", "temperature", "tokens_per_round", "acceptance_rate",
                  "draft_ms_per_round", "verify_ms_per_round", "accept_ms_per_round", "throughput_tok_s",
@@ -89,10 +91,12 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   longest = max(max(map(len, ids)) for ids in prompt_ids.values())
   drafters = {m: _drafter(m, target, c) for m in c["methods"]}
   # Before any model work, the checks every call's host.prepare makes, at the run's longest prompt and largest K.
-  needed = max(host.check_lengths(target, d, longest, c["max_new_tokens"], max(c["ks"] + c["auto_ks"]) if d else 0)
-               for d in drafters.values())
+  tree_slots = tuple(tree.slots for tree in c["trees"])
+  needed = max(host.check_lengths(target, d, longest, c["max_new_tokens"],
+                                  max(c["ks"] + c["auto_ks"] + tree_slots) if d else 0) for d in drafters.values())
   size = cache_size(max(max(buckets.values()), needed))
-  cells = plan(c, {m: d.max_k for m, d in drafters.items() if d is not None})
+  cells = plan(c, {m: d.max_k for m, d in drafters.items() if d is not None},
+               {m: d.max_tree_depth for m, d in drafters.items() if d is not None})
   info = machine_info()
   info["copy_bandwidth_gbs"] = bandwidth.copy_bandwidth_gbs()
   info["target_weights"] = c["weights"]
@@ -102,6 +106,12 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
                                 + c["max_new_tokens"] // 2, cache_size=size, calls=c["paired_verify_calls"]),
              category=cat)
         for b in c["phase_split_batch_sizes"] for k in c["ks"] for cat in c["categories"]]
+    if c["tree_nodes"] and c["phase_split_batch_sizes"]:  # a balanced tree of each N, as wide as the trees' top_k
+      filled = int(np.mean([len(p) for ids in prompt_ids.values() for p in ids])) + c["max_new_tokens"] // 2
+      info["paired_tree_verify_cost"] = [
+          paired_verify_cost(target, batch=c["phase_split_batch_sizes"][0], k=n, filled=filled, cache_size=size,
+                             calls=c["paired_verify_calls"], tree=StaticTree.balanced(n, width=c["tree_top_k"]))
+          for n in c["tree_nodes"]]
 
   units = len(cells) * len(c["categories"])
   bar = tqdm(total=units + (peer_runner.units() if peer_runner else 0), desc="benchmark", disable=not progress)
@@ -135,9 +145,10 @@ def _call(target, batch: host.PreparedBatch, seed: int, calibration: Calibration
 
 def _batches(target, drafter, k, cell: Cell, groups, prompt_ids, bucket, size, c) -> list:
   """The cell's calls prepared as `specjax.generate` prepares them, at the run's shared shapes."""
+  tree = cell.tree if drafter is not None else None  # the paired autoregressive calls of a tree cell: no tree
   return [host.prepare(target, [prompt_ids[i] for i in rows], max_new_tokens=c["max_new_tokens"],
-                       sampling=cell.sampling, drafter=drafter, k=k, stop_at_eos=c["stop_at_eos"],
-                       min_prompt_bucket=bucket, min_cache_size=size) for rows in groups]
+                       sampling=cell.sampling, drafter=drafter, k=None if tree else k, stop_at_eos=c["stop_at_eos"],
+                       min_prompt_bucket=bucket, min_cache_size=size, tree=tree) for rows in groups]
 
 
 def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, size, c, compiled, calibration):
@@ -177,7 +188,8 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
             for r, i in enumerate(rows)]
   record = {"method": cell.method, "k": cell.k, "batch_size": cell.batch_size, "category": category,
             "temperature": cell.temperature, "implementation": "specjax",
-            **metrics.summarize_calls(calls, max_k),
+            **metrics.summarize_calls(calls, max_k, tree=cell.tree),
+            "tree": _describe(cell.tree),
             "auto_ks": list(c["auto_ks"]) if cell.auto else None,
             "auto_round_cost": round_cost.tolist() if round_cost is not None else None,
             "draft_ms_per_round": None, "verify_ms_per_round": None, "accept_ms_per_round": None,
@@ -194,7 +206,8 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
                                                                  mean_context, bandwidth.copy_bandwidth_gbs())
   record["fraction_of_bandwidth_bound"] = (record["throughput_tok_s"] / record["bandwidth_bound_tok_s"]
                                            if record["throughput_tok_s"] else None)
-  if cell.batch_size in c["phase_split_batch_sizes"] and cell.method in c["phase_split_methods"] and not cell.auto:
+  if (cell.batch_size in c["phase_split_batch_sizes"] and cell.method in c["phase_split_methods"] and not cell.auto
+      and cell.tree is None):  # the phase split times a chain's phases
     inp = inputs[0]
     state, timings = run_phase_split(target, inp, jax.random.key(seed0))
     record.update(metrics.summarize_phases(timings))
@@ -235,6 +248,10 @@ def _theory(rec, base, cell):
   if cell.auto:
     rec["theory_gap"] = "adaptive K: the policy mixes K per round, so no single-K prediction applies"
     return
+  if cell.tree is not None:
+    rec["theory_gap"] = ("a dynamic tree's shape follows the draft row by row and round by round: its per-depth "
+                         "acceptance is measured (acceptance_rate_per_position); docs/tpu.md has static-tree theory")
+    return
   if alpha is None:
     rec["theory_gap"] = "no verification rounds: nothing to predict from"
     return
@@ -252,6 +269,10 @@ def _theory(rec, base, cell):
   rec["theory_gap"] = theory.explain_gap(rec["speedup_vs_ar"], rec["predicted_speedup"], rec["tokens_per_round"],
                                          rec["expected_tokens_per_round"], fused_ratio, cell.k * c + r,
                                          cell.batch_size)
+
+
+def _describe(tree) -> dict | None:
+  return None if tree is None else {"kind": type(tree).__name__, **dataclasses.asdict(tree)}
 
 
 def _peer_speedups(records):

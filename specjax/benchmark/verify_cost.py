@@ -14,12 +14,16 @@ from specjax.engine import score_program
 from specjax.spec import TargetSpec
 
 
-def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: int, calls: int) -> dict:
+def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: int, calls: int, tree=None) -> dict:
   """{"batch_size", "k", "filled", "step_ms", "verify_ms", "ratio"}: medians over `calls` alternated pairs of a
-  one-position call and a K+1-position call, each row holding `filled` cached positions."""
+  one-position call and a K+1-position call, each row holding `filled` cached positions. With `tree` (a
+  StaticTree of K nodes) the K+1 positions are its root and nodes, scored with its attention, as a tree round
+  does; the record then also names the tree."""
   if calls < 1 or k < 1 or batch < 1 or filled < 0:
     raise ValueError(f"paired_verify_cost needs calls, k, batch >= 1 and filled >= 0; got {calls}, {k}, {batch}, "
                      f"{filled}")
+  if tree is not None and tree.n_nodes != k:
+    raise ValueError(f"a tree of {tree.n_nodes} nodes verifies K = {tree.n_nodes} positions after its root, not {k}")
   if filled + k + 1 > cache_size:
     raise ValueError(f"filled {filled} + K+1 {k + 1} positions exceed the cache size {cache_size}")
   fill_B = jnp.full((batch,), filled, jnp.int32)
@@ -31,9 +35,12 @@ def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: i
   # The scoring call of the unsharded decode program (kernels on), as `engine.verify` runs it.
   spec = TargetSpec(graphdef=target.graphdef)
 
+  parents = {1: None, k + 1: None if tree is None else jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32),
+                                                                         (batch, k))}
+
   def timed(t: int) -> float:
     start = time.perf_counter()
-    logits, caches[t] = score_program(target.params, *inputs[t], caches[t], spec=spec)
+    logits, caches[t] = score_program(target.params, *inputs[t], caches[t], parents[t], spec=spec)
     jax.block_until_ready(logits)
     return time.perf_counter() - start
 
@@ -44,5 +51,6 @@ def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: i
     for t in ((1, k + 1) if i % 2 == 0 else (k + 1, 1)):
       (step_s if t == 1 else verify_s).append(timed(t))
   step, verify = np.asarray(step_s), np.asarray(verify_s)
-  return {"batch_size": batch, "k": k, "filled": filled, "step_ms": 1e3 * float(np.median(step)),
-          "verify_ms": 1e3 * float(np.median(verify)), "ratio": float(np.median(verify / step))}
+  record = {"batch_size": batch, "k": k, "filled": filled, "step_ms": 1e3 * float(np.median(step)),
+            "verify_ms": 1e3 * float(np.median(verify)), "ratio": float(np.median(verify / step))}
+  return record if tree is None else dict(record, tree_paths=[list(path) for path in tree.paths])

@@ -38,8 +38,10 @@ class Drafter:
   #: True: `init` also receives the target's KV cache after the prompt (`target_cache=`), for a draft of the
   #: target's own architecture that can start from the target's keys and values instead of a prefill of its own.
   reads_target_cache: bool = False
-  #: True: `propose_tree` drafts a `specjax.trees.StaticTree` (several ranked children per context).
+  #: True: `propose_tree` drafts token trees (`specjax.trees.StaticTree`, `DynamicTree`).
   branches: bool = False
+  #: deepest tree the drafter can draft (None: any).
+  max_tree_depth: int | None = None
 
   def params(self) -> Any:
     return ()
@@ -58,16 +60,20 @@ class Drafter:
     raise NotImplementedError
 
   def propose_tree(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array, tree, sampling,
-                   keys_B: jax.Array) -> tuple[jax.Array, jax.Array, Any]:
-    """(tokens_BxN, q_BxN1xV, new state) for a `specjax.trees.StaticTree` of N nodes: each node's token, drawn
-    the tree's way (`tree.branching`) from the distribution of its parent's context, and q at every context (the
-    root's first, then each node's; what the children of that context were drawn from)."""
+                   keys_B: jax.Array, vocab_size: int) -> tuple[jax.Array, jax.Array, jax.Array, Any]:
+    """(tokens_BxN, parent_BxN, q_BxN1xV, new state) for a `specjax.trees.StaticTree` or `DynamicTree` of N nodes:
+    each node's token and parent (-1: the root; parents before children, siblings in the order they were drawn),
+    drawn the tree's way (`tree.branching`) from the distribution of its parent's context, and q at every context
+    (the root's first, then each node's: what the children of that context were drawn from; vocab_size, the
+    target's, is q's last axis). Drafters that score contexts build it with `specjax.trees.grow.grow`."""
     raise NotImplementedError(f"{type(self).__name__} does not draft trees")
 
-  def commit_tree(self, params, state, path_BxN: jax.Array, n_accepted_B: jax.Array, root_slot_B: jax.Array) -> Any:
-    """State after the target accepted the first n_accepted_B nodes of path_BxN (node indices, root first) of a
-    tree whose root sat at root_slot_B: a drafter that wrote the tree into a cache moves the accepted entries to
-    consecutive positions. `commit` follows, as after a chain."""
+  def commit_tree(self, params, state, path_BxN: jax.Array, n_accepted_B: jax.Array, root_slot_B: jax.Array,
+                  accepted_BxD: jax.Array) -> Any:
+    """State after the target accepted the first n_accepted_B nodes of path_BxN (node indices, root first; their
+    tokens accepted_BxD) of a tree whose root sat at root_slot_B: a drafter that wrote the tree into a cache moves
+    the accepted entries to consecutive positions. `commit` follows, as after a chain, with the target's features
+    of the root and the path."""
     return state
 
   def worth_verifying(self, params, state, tokens_BxS: jax.Array, seq_len_B: jax.Array) -> jax.Array | None:

@@ -7,7 +7,8 @@ from specjax.cache import init_cache
 from specjax.drafters.base import Drafter
 from specjax.model import Model
 from specjax.sampling import distribution, sample
-from specjax.trees.layout import compact_path, tree_layout
+from specjax.trees.grow import entries_in_node_order, grow
+from specjax.trees.layout import compact_path
 
 
 class DraftModel(Drafter):
@@ -83,49 +84,19 @@ class DraftModel(Drafter):
     q_BxKxV = jnp.concatenate([jnp.moveaxis(q_KxBxV, 0, 1), final_q_BxV[:, None]], axis=1)
     return draft_BxK, q_BxKxV, cache
 
-  def propose_tree(self, params, state, tokens_BxS, seq_len_B, tree, sampling, keys_B):
-    """Level by level: a level's nodes are the ranked choices of their parents' contexts (top-k of the draft's
-    logits, or Gumbel top-k draws from q: without replacement), then one draft call over the level, with the tree's
-    attention, gives the contexts of the next. The tree's entries stay in the draft cache for `commit_tree`."""
+  def propose_tree(self, params, state, tokens_BxS, seq_len_B, tree, sampling, keys_B, vocab_size):
+    """One draft call per level over the level's nodes that have children, with the tree's attention
+    (`specjax.trees.grow`); the tree's entries stay in the draft cache, in node order, for `commit_tree`."""
     module = self.model.with_params(params).module()
-    batch, n = tokens_BxS.shape[0], tree.n_nodes
-    parents, ranks, depths = tree.parents, tree.ranks, tree.depths
     root_logits_BxV, cache = self._refeed(module, state, tokens_BxS, seq_len_B)
+
+    def expand(cache, tokens_BxL, payload, slots_BxL, layout, depth):
+      hidden, cache, _ = module.hidden_states(tokens_BxL, slots_BxL, cache, tree=layout)
+      return module.logits(hidden), (), cache
+
     root_slot_B = seq_len_B - 1
-    layout = tree_layout(jnp.broadcast_to(jnp.asarray(parents, jnp.int32), (batch, n)), root_slot_B)
-    logits_by_context = [root_logits_BxV]   # context c: the root (c = 0), then after node c - 1
-    q_by_context = [distribution(root_logits_BxV, sampling)]
-    tokens = []
-    width = 1 + max(ranks)
-    ranked_by_context = {}
-    for depth in range(1, tree.max_depth + 1):
-      level = [i for i in range(n) if depths[i] == depth]
-      for node in level:
-        context = parents[node] + 1
-        if context not in ranked_by_context:
-          ranked_by_context[context] = _ranked_children(
-              logits_by_context[context], q_by_context[context], width, tree.branching,
-              jax.vmap(lambda key: jax.random.fold_in(key, context))(keys_B))
-        tokens.append(ranked_by_context[context][:, ranks[node]])
-      if depth < tree.max_depth:
-        slots_BxL = root_slot_B[:, None] + 1 + jnp.asarray(level, jnp.int32)[None, :]
-        level_tokens_BxL = jnp.stack(tokens[level[0]:level[-1] + 1], axis=1)
-        hidden, cache, _ = module.hidden_states(level_tokens_BxL, slots_BxL, cache, tree=layout)
-        level_logits_BxLxV = module.logits(hidden)
-        logits_by_context.extend(jnp.moveaxis(level_logits_BxLxV, 1, 0))
-        q_by_context.extend(jnp.moveaxis(distribution(level_logits_BxLxV, sampling), 1, 0))
-    leaf_q_BxV = distribution(jnp.zeros_like(root_logits_BxV), sampling)  # the last level has no children
-    q_BxN1xV = jnp.stack(q_by_context + [leaf_q_BxV] * (n + 1 - len(q_by_context)), axis=1)
-    return jnp.stack(tokens, axis=1).astype(jnp.int32), q_BxN1xV, cache
+    draft, cache = grow(tree, expand, cache, root_logits_BxV, (), root_slot_B, sampling, keys_B)
+    return draft.tokens_BxN, draft.parent_BxN, draft.q_BxN1xV, entries_in_node_order(cache, root_slot_B, draft, tree)
 
-  def commit_tree(self, params, state, path_BxN, n_accepted_B, root_slot_B):
+  def commit_tree(self, params, state, path_BxN, n_accepted_B, root_slot_B, accepted_BxD):
     return compact_path(state, root_slot_B, path_BxN, n_accepted_B)
-
-
-def _ranked_children(logits_BxV, q_BxV, width: int, branching: str, keys_B):
-  """[B, width] children of one context in rank order: the draft's top choices ("top_k"), or draws from q without
-  replacement in draw order ("sample", Gumbel top-k; tokens outside q's support only after all that are in it)."""
-  if branching == "top_k":
-    return jax.lax.top_k(logits_BxV, width)[1]
-  gumbel_BxV = jax.vmap(lambda key: jax.random.gumbel(key, logits_BxV.shape[1:]))(keys_B)
-  return jax.lax.top_k(jnp.where(q_BxV > 0, jnp.log(q_BxV) + gumbel_BxV, -jnp.inf), width)[1]

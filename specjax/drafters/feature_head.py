@@ -15,9 +15,10 @@ from flax import nnx
 from specjax.cache import KVCache, init_cache
 from specjax.config import ModelConfig
 from specjax.drafters.trained_head import TrainedHead
-from specjax.drafters.vocab_head import draw, embed_tokens
+from specjax.drafters.vocab_head import draw, embed_tokens, vocab_logits
 from specjax.model import Model
 from specjax.models import get_family
+from specjax.trees.grow import grow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +99,12 @@ class FeatureNet(nnx.Module):
   def _inputs(self, feature_BxTxD, embed_BxTxD):
     return self.mix(jnp.concatenate([self.feature_norm(feature_BxTxD), self.embed_norm(embed_BxTxD)], axis=-1))
 
-  def __call__(self, feature_BxTxD, embed_BxTxD, positions_BxT, cache: KVCache):
-    """One step with the draft cache: block outputs [B, T, D] (the next step's feature) and the cache."""
-    cos, sin = self.family.rope_tables(self.layer_config, positions_BxT)
-    return self.block(self._inputs(feature_BxTxD, embed_BxTxD), cos, sin, positions_BxT, cache, 0)
+  def __call__(self, feature_BxTxD, embed_BxTxD, positions_BxT, cache: KVCache, tree=None):
+    """One step with the draft cache: block outputs [B, T, D] (the next step's feature) and the cache. With `tree`
+    (a TreeLayout) positions_BxT are a token tree's slots: RoPE by depth, attention by ancestry."""
+    rope_positions_BxT = positions_BxT if tree is None else tree.rope_positions(positions_BxT)
+    cos, sin = self.family.rope_tables(self.layer_config, rope_positions_BxT)
+    return self.block(self._inputs(feature_BxTxD, embed_BxTxD), cos, sin, positions_BxT, cache, 0, tree)
 
   def unrolled(self, feature_BxTxD, embeds_SxBxTxD) -> list[jax.Array]:
     """Training-time test: S draft steps for every chain p at once, exactly as `propose` runs them.
@@ -124,6 +127,7 @@ class FeatureHead(TrainedHead):
   seq_len - 1), and `filled_B`, the positions below which the cache holds entries computed from target features."""
 
   net_class, config_class = FeatureNet, FeatureHeadConfig
+  branches = True
 
   @property
   def feature_layers(self) -> tuple[int, ...]:
@@ -184,6 +188,28 @@ class FeatureHead(TrainedHead):
     rows_B1 = jnp.arange(draft_BxK.shape[0])[:, None]
     drafts = state["draft_BxS"].at[rows_B1, seq_len_B[:, None] + jnp.arange(k)[None, :]].set(draft_BxK, mode="drop")
     return draft_BxK, q_BxKxV, dict(state, cache=cache, draft_BxS=drafts, round_len_B=seq_len_B.astype(jnp.int32))
+
+  def propose_tree(self, params, state, tokens_BxS, seq_len_B, tree, sampling, keys_B, vocab_size):
+    """EAGLE-2 at the feature level: a node's children come from the head run on its parent's output feature and
+    its own token, one head call per level with the tree's attention; `commit` later rewrites the accepted
+    entries from the target's features, as after a chain."""
+    net, frozen = self.module(params["net"]), params["frozen"]
+    out_BxD, cache = self._last_entry(net, frozen, state, tokens_BxS, seq_len_B)
+
+    def expand(cache, tokens_BxL, feature_BxLxD, slots_BxL, layout, depth):
+      out_BxLxD, cache = net(feature_BxLxD, embed_tokens(frozen, tokens_BxL), slots_BxL, cache, tree=layout)
+      return vocab_logits(frozen, net.out_norm(out_BxLxD)), out_BxLxD, cache
+
+    draft, cache = grow(tree, expand, cache, vocab_logits(frozen, net.out_norm(out_BxD)), out_BxD, seq_len_B - 1,
+                        sampling, keys_B)
+    return (draft.tokens_BxN, draft.parent_BxN, draft.q_BxN1xV,
+            dict(state, cache=cache, round_len_B=seq_len_B.astype(jnp.int32)))
+
+  def commit_tree(self, params, state, path_BxN, n_accepted_B, root_slot_B, accepted_BxD):
+    """The accepted path's tokens where `commit` reads a round's drafts."""
+    rows_B1 = jnp.arange(accepted_BxD.shape[0])[:, None]
+    slots_BxD = root_slot_B[:, None] + 1 + jnp.arange(accepted_BxD.shape[1])[None, :]
+    return dict(state, draft_BxS=state["draft_BxS"].at[rows_B1, slots_BxD].set(accepted_BxD, mode="drop"))
 
   def commit(self, params, state, n_accepted_B, seq_len_B, features=None):
     """Stores the verified positions' fused features and recomputes the entries of the drafts from them (the

@@ -1,5 +1,6 @@
 """Medusa heads: K small residual heads on the target's last hidden state, head i guessing the token i + 1
-positions past the one that hidden state predicts; drafts form a chain, each drawn from its own head's q."""
+positions past the one that hidden state predicts; drafts form a chain, each drawn from its own head's q, or a
+tree whose depth-d nodes all take head d's choices."""
 
 import dataclasses
 
@@ -8,7 +9,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.drafters.trained_head import TrainedHead
-from specjax.drafters.vocab_head import draw
+from specjax.drafters.vocab_head import draw, vocab_logits
+from specjax.trees.grow import grow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +47,14 @@ class MedusaHeads(TrainedHead):
 
   net_class, config_class = MedusaNet, MedusaConfig
   feature_layers = ()
+  branches = True
 
   @property
   def max_k(self) -> int:
+    return self.config.n_heads
+
+  @property
+  def max_tree_depth(self) -> int:
     return self.config.n_heads
 
   def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket, features=None):
@@ -58,6 +65,16 @@ class MedusaHeads(TrainedHead):
     keys_KxB = jnp.moveaxis(jax.vmap(lambda key: jax.random.split(key, k))(keys_B), 1, 0)
     drafts, qs = zip(*(draw(params["frozen"], inputs_BxHxD[:, i], sampling, keys_KxB[i]) for i in range(k)))
     return jnp.stack(drafts, axis=1), jnp.stack(qs, axis=1), state
+
+  def propose_tree(self, params, state, tokens_BxS, seq_len_B, tree, sampling, keys_B, vocab_size):
+    """Every node at depth d has head d's choices as children (Medusa's tree: the heads do not see the path)."""
+    logits_BxHxV = vocab_logits(params["frozen"], self.module(params["net"])(state))
+
+    def expand(state, tokens_BxL, payload, slots_BxL, layout, depth):
+      return jnp.broadcast_to(logits_BxHxV[:, depth, None], tokens_BxL.shape + logits_BxHxV.shape[-1:]), (), state
+
+    draft, state = grow(tree, expand, state, logits_BxHxV[:, 0], (), seq_len_B - 1, sampling, keys_B)
+    return draft.tokens_BxN, draft.parent_BxN, draft.q_BxN1xV, state
 
   def commit(self, params, state, n_accepted_B, seq_len_B, features=None):
     return features.hidden_BxTxD[jnp.arange(state.shape[0]), n_accepted_B]

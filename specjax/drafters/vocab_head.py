@@ -41,13 +41,18 @@ def full_vocab_logits(frozen: dict, logits_xVd: jax.Array) -> jax.Array:
   return full.at[..., frozen["vocab_ids"]].set(logits_xVd)
 
 
+def vocab_logits(frozen: dict, hidden_xD: jax.Array) -> jax.Array:
+  """The head's logits over the whole vocabulary (-inf outside the draft vocabulary), [..., V]."""
+  return full_vocab_logits(frozen, head_logits(frozen, hidden_xD))
+
+
 def embed_tokens(frozen: dict, tokens) -> jax.Array:
   return jnp.take(frozen["embed"], tokens, axis=0).astype(jnp.float32)
 
 
 def draw(frozen: dict, hidden_BxD: jax.Array, sampling, keys_B: jax.Array) -> tuple[jax.Array, jax.Array]:
   """One draft token per row and the q it was drawn from, through `specjax.sampling.distribution`."""
-  q_BxV = distribution(full_vocab_logits(frozen, head_logits(frozen, hidden_BxD)), sampling)
+  q_BxV = distribution(vocab_logits(frozen, hidden_BxD), sampling)
   return jax.vmap(sample)(keys_B, q_BxV), q_BxV
 
 

@@ -24,6 +24,7 @@ from specjax.engine.state import DecodeState, row_keys, unfinished
 from specjax.kernels.linear import use_kernels
 from specjax.policy import PolicyInputs, init_policy_state
 from specjax.spec import DecodeSpec, PrefillSpec, TargetSpec
+from specjax.trees.layout import tree_layout
 
 
 @contextlib.contextmanager
@@ -64,11 +65,13 @@ def decode_program(target_params, drafter_params, state: DecodeState, prompt_len
     return jax.lax.while_loop(unfinished, lambda state: body(state=state), state)
 
 
-def score_call(target_params, tokens_BxT, positions_BxT, cache, *, spec: TargetSpec):
+def score_call(target_params, tokens_BxT, positions_BxT, cache, parent_BxN=None, *, spec: TargetSpec):
   """The target's scoring call alone, (logits, cache), as a pure function of its arrays: what verification runs,
-  for callers that jit it with their own shardings (`sharding.sharded_verify`) or lower it (AOT)."""
+  for callers that jit it with their own shardings (`sharding.sharded_verify`) or lower it (AOT). With parent_BxN
+  (a token tree's parents) the T = N + 1 positions are the tree's slots from its root, as a tree round scores."""
   with traced(spec, target_params) as target:
-    logits, cache, _ = score(target, tokens_BxT, positions_BxT, cache)
+    tree = None if parent_BxN is None else tree_layout(parent_BxN, positions_BxT[:, 0])
+    logits, cache, _ = score(target, tokens_BxT, positions_BxT, cache, tree=tree)
     return logits, cache
 
 

@@ -17,11 +17,12 @@ from specjax.trees.layout import compact_path, tree_layout
 from specjax.trees.rejection import accept_tree
 
 
-def target_features(target, tokens_BxT, positions_BxT, cache, feature_layers):
+def target_features(target, tokens_BxT, positions_BxT, cache, feature_layers, tree=None):
   """Final hidden states, updated cache and (when feature_layers is not None) the TargetFeatures of these
-  positions: what the target computes for T positions per row at their own offsets."""
+  positions: what the target computes for T positions per row at their own offsets (with `tree`, a TreeLayout:
+  a token tree's slots)."""
   hidden, cache, collected = target.hidden_states(tokens_BxT, positions_BxT, cache,
-                                                  collect_layers=tuple(feature_layers or ()))
+                                                  collect_layers=tuple(feature_layers or ()), tree=tree)
   features = None
   if feature_layers is not None:
     layers = (jnp.stack(collected, axis=2) if collected
@@ -30,11 +31,12 @@ def target_features(target, tokens_BxT, positions_BxT, cache, feature_layers):
   return hidden, cache, features
 
 
-def score(target, tokens_BxT, positions_BxT, cache, feature_layers=None):
+def score(target, tokens_BxT, positions_BxT, cache, feature_layers=None, tree=None):
   """THE target call of a round: float32 logits of T positions per row, the cache with them written, and their
-  TargetFeatures when feature_layers is not None. Verification runs it over [last token, d_1..d_K]; an
-  autoregressive step is the same call over one position."""
-  hidden, cache, features = target_features(target, tokens_BxT, positions_BxT, cache, feature_layers)
+  TargetFeatures when feature_layers is not None. Verification runs it over [last token, d_1..d_K] (or, with
+  `tree`, a TreeLayout, over [last token] + a token tree's nodes); an autoregressive step is the same call over one
+  position."""
+  hidden, cache, features = target_features(target, tokens_BxT, positions_BxT, cache, feature_layers, tree)
   return target.logits(hidden), cache, features
 
 
@@ -182,25 +184,42 @@ def speculative_round(target, drafter, drafter_params, state: DecodeState, max_n
                            max_new_B, sampling=sampling, eos_ids=eos_ids, features=features)
 
 
+def verify_tree(target, inputs_BxN1, slots_BxN1, cache, parent_BxN, q_BxN1xV, keys_B, *, branching: str, sampling,
+                feature_layers=None):
+  """ONE target call over [root] + a tree's N nodes (consecutive slots from the root's) with the tree's attention,
+  exact acceptance down the tree and the accepted path compacted in the cache: (path_BxN, n_accepted_B, next_B,
+  cache, the TargetFeatures of the N + 1 positions or None)."""
+  root_slot_B = slots_BxN1[:, 0]
+  logits_BxN1xV, cache, features = score(target, inputs_BxN1, slots_BxN1, cache, feature_layers,
+                                         tree=tree_layout(parent_BxN, root_slot_B))
+  path_BxN, n_accepted_B, next_B = accept_tree(distribution(logits_BxN1xV, sampling), q_BxN1xV, inputs_BxN1[:, 1:],
+                                               parent_BxN, keys_B, branching=branching, greedy=sampling.greedy)
+  return path_BxN, n_accepted_B, next_B, compact_path(cache, root_slot_B, path_BxN, n_accepted_B), features
+
+
 def tree_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *, tree, sampling,
                eos_ids: tuple) -> DecodeState:
-  """One round of a `StaticTree`: the drafter's N nodes, ONE target call over [last token] + nodes with the tree's
-  attention, exact acceptance down the tree, the accepted path compacted in both caches, then the chain's commit."""
+  """One round of a token tree (`StaticTree` or `DynamicTree`): the drafter's N nodes, ONE target call over [last
+  token] + nodes with the tree's attention, exact acceptance down the tree, the accepted path compacted in both
+  caches, then the chain's commit (with the target's features of the root and the path, for drafters that read
+  them)."""
   draft_keys, accept_keys = round_keys(state)
-  tokens_BxN, q_BxN1xV, draft_state = drafter.propose_tree(drafter_params, state.draft_state, state.tokens_BxS,
-                                                           state.seq_len_B, tree, sampling, draft_keys)
+  tokens_BxN, parent_BxN, q_BxN1xV, draft_state = drafter.propose_tree(
+      drafter_params, state.draft_state, state.tokens_BxS, state.seq_len_B, tree, sampling, draft_keys,
+      target.config.vocab_size)
   batch, n = tokens_BxN.shape
   root_slot_B = state.seq_len_B - 1
-  parent_BxN = jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32), (batch, n))
   last_B = state.tokens_BxS[jnp.arange(batch), root_slot_B]
   slots_BxN1 = root_slot_B[:, None] + jnp.arange(n + 1, dtype=jnp.int32)[None, :]
-  hidden, cache, _ = target.hidden_states(jnp.concatenate([last_B[:, None], tokens_BxN], axis=1), slots_BxN1,
-                                          state.cache, tree=tree_layout(parent_BxN, root_slot_B))
-  p_BxN1xV = distribution(target.logits(hidden), sampling)
-  path_BxN, n_accepted_B, next_B = accept_tree(p_BxN1xV, q_BxN1xV, tokens_BxN, parent_BxN, accept_keys,
-                                               branching=tree.branching, greedy=sampling.greedy)
-  cache = compact_path(cache, root_slot_B, path_BxN, n_accepted_B)
-  draft_state = drafter.commit_tree(drafter_params, draft_state, path_BxN, n_accepted_B, root_slot_B)
-  accepted_BxD = jnp.take_along_axis(tokens_BxN, jnp.maximum(path_BxN[:, :tree.max_depth], 0), axis=1)
+  path_BxN, n_accepted_B, next_B, cache, features = verify_tree(
+      target, jnp.concatenate([last_B[:, None], tokens_BxN], axis=1), slots_BxN1, state.cache, parent_BxN, q_BxN1xV,
+      accept_keys, branching=tree.branching, sampling=sampling, feature_layers=drafter.feature_layers)
+  path_BxD = path_BxN[:, :tree.max_depth]
+  accepted_BxD = jnp.take_along_axis(tokens_BxN, jnp.maximum(path_BxD, 0), axis=1)
+  draft_state = drafter.commit_tree(drafter_params, draft_state, path_BxN, n_accepted_B, root_slot_B, accepted_BxD)
+  if features is not None:  # [root, path...] in chain order, as a chain's verify call gives them
+    index_BxD1 = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), jnp.maximum(path_BxD + 1, 0)], axis=1)
+    features = jax.tree.map(lambda a: jnp.take_along_axis(a, index_BxD1.reshape(index_BxD1.shape + (1,) * (a.ndim - 2)),
+                                                          axis=1), features)
   return commit(drafter, drafter_params, state, accepted_BxD, n_accepted_B, next_B, cache, draft_state, max_new_B,
-                proposed=n, eos_ids=eos_ids)
+                proposed=n, eos_ids=eos_ids, features=features)

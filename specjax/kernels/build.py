@@ -22,9 +22,10 @@ SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_att
 HEADERS = (os.path.join(_HERE, "parallel.h"),)
 TARGET_NAME = "specjax_cpu_linear"
 ATTENTION_TARGET_NAME = "specjax_cpu_attention"
+TREE_ATTENTION_TARGET_NAME = "specjax_cpu_tree_attention"
 QUANT_TARGET_NAME = "specjax_cpu_quant"
 _SYMBOLS = {TARGET_NAME: "SpecjaxCpuLinear", ATTENTION_TARGET_NAME: "SpecjaxCpuAttention",
-            QUANT_TARGET_NAME: "SpecjaxCpuQuant"}
+            TREE_ATTENTION_TARGET_NAME: "SpecjaxCpuTreeAttention", QUANT_TARGET_NAME: "SpecjaxCpuQuant"}
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-std=c++17", "-shared", "-fPIC", "-w")
 _reason: list[str] = []
 

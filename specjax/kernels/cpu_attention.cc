@@ -6,6 +6,9 @@
 // it reads that kv head's keys and values once for all those queries and all the query heads of the group.
 //   q [B, T, H, D], k and v [L, B, S, KV, D] (every layer's cache; `layer` picks one), positions [B, T] ->
 //   out [B, T, H, D]; query head h reads kv head h / (H / KV). A query at position p sees cache entries 0..p.
+// The tree variant (specjax_cpu_tree_attention) also takes ancestors [B, T, N] (uint8: the query's row of the tree's
+// ancestor matrix) and roots [B] (the tree's first slot): of entries 0..p, a query then sees those before the root
+// and the tree slots root + j with ancestors[j] set, none at or after root + N.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -131,10 +134,36 @@ struct Shapes {
   int64_t batch, t_len, n_heads, head_dim, n_layers, size, n_kv, groups;
 };
 
+// A token tree's masks: per query its row of ancestors (n_tree entries), per batch row the root's slot.
+struct Tree {
+  const uint8_t* ancestors;
+  const int32_t* roots;
+  int64_t n_tree;
+};
+
+// Whether the query whose ancestor row is `row` sees tree key `key` (key >= root).
+inline bool SeesTreeKey(const uint8_t* row, int64_t root, int64_t n_tree, int64_t key) {
+  return key - root < n_tree && row[key - root] != 0;
+}
+
+// scores[key] = -inf for the keys in root..n-1 the query does not see; returns how many of 0..n-1 it sees.
+int64_t MaskTreeScores(const uint8_t* row, int64_t root, int64_t n_tree, int64_t n, float* scores) {
+  int64_t seen = std::min(std::max<int64_t>(root, 0), n);
+  for (int64_t key = seen; key < n; ++key) {
+    if (SeesTreeKey(row, root, n_tree, key)) {
+      ++seen;
+    } else {
+      scores[key] = -INFINITY;
+    }
+  }
+  return seen;
+}
+
 // Queries t0..t1-1 of row b, with the `groups` query heads of kv head kv. The first query's passes bring the kv
-// head's rows into the caches; the others find them there.
-void AttendQueries(const Shapes& s, const float* q, const float* k_layer, const float* v_layer, const int32_t* positions,
-                   float* out, int64_t b, int64_t t0, int64_t t1, int64_t kv, std::vector<float>& scores) {
+// head's rows into the caches; the others find them there. `tree` (null for a chain) masks the tree's slots.
+void AttendQueries(const Shapes& s, const float* q, const float* k_layer, const float* v_layer,
+                   const int32_t* positions, const Tree* tree, float* out, int64_t b, int64_t t0, int64_t t1,
+                   int64_t kv, std::vector<float>& scores) {
   const int64_t dim = s.head_dim, stride = s.n_kv * dim;
   const float* keys = k_layer + (b * s.size * s.n_kv + kv) * dim;
   const float* values = v_layer + (b * s.size * s.n_kv + kv) * dim;
@@ -156,15 +185,26 @@ void AttendQueries(const Shapes& s, const float* q, const float* k_layer, const 
       if (first) {
         for (int64_t key = 0; key < std::min(kPrefetchRows, visible); ++key) PrefetchRow(values + key * stride, dim);
       }
+      const uint8_t* row = tree ? tree->ancestors + (b * s.t_len + t) * tree->n_tree : nullptr;
+      const int64_t root = tree ? tree->roots[b] : 0;
+      if (tree && MaskTreeScores(row, root, tree->n_tree, visible, scores.data()) == 0) {
+        std::memset(out + offset, 0, sizeof(float) * dim);
+        continue;
+      }
       const float total = SoftmaxNumerators(scores.data(), visible);
+      if (tree) {  // masked keys' weights are exactly zero (the vector exp floors at e^-87)
+        for (int64_t key = std::max<int64_t>(root, 0); key < visible; ++key) {
+          if (!SeesTreeKey(row, root, tree->n_tree, key)) scores[key] = 0.f;
+        }
+      }
       WeightedSum(scores.data(), values, stride, visible, dim, 1.0f / total, first, out + offset);
       first = false;
     }
   }
 }
 
-ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
-                     ffi::Buffer<ffi::S32> positions, ffi::ResultBuffer<ffi::F32> out, int64_t layer) {
+ffi::Error Run(ffi::ThreadPool& pool, ffi::Buffer<ffi::F32>& q, ffi::Buffer<ffi::F32>& k, ffi::Buffer<ffi::F32>& v,
+               ffi::Buffer<ffi::S32>& positions, const Tree* tree, ffi::ResultBuffer<ffi::F32>& out, int64_t layer) {
   const auto qd = q.dimensions(), kd = k.dimensions(), pd = positions.dimensions();
   if (qd.size() != 4 || kd.size() != 5 || pd.size() != 2) {
     return ffi::Error::InvalidArgument("specjax_cpu_attention takes q [B,T,H,D], k/v [L,B,S,KV,D], positions [B,T]");
@@ -196,9 +236,27 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<
     thread_local std::vector<float> scores;
     const int64_t kv = task % s.n_kv, run = (task / s.n_kv) % runs, b = task / (s.n_kv * runs);
     const int64_t t0 = run * run_len, t1 = std::min(s.t_len, t0 + run_len);
-    if (t0 < t1) AttendQueries(s, q.typed_data(), k_layer, v_layer, pos, out->typed_data(), b, t0, t1, kv, scores);
+    if (t0 < t1) {
+      AttendQueries(s, q.typed_data(), k_layer, v_layer, pos, tree, out->typed_data(), b, t0, t1, kv, scores);
+    }
   });
   return ffi::Error::Success();
+}
+
+ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                     ffi::Buffer<ffi::S32> positions, ffi::ResultBuffer<ffi::F32> out, int64_t layer) {
+  return Run(pool, q, k, v, positions, nullptr, out, layer);
+}
+
+ffi::Error TreeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                         ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::S32> positions, ffi::Buffer<ffi::U8> ancestors,
+                         ffi::Buffer<ffi::S32> roots, ffi::ResultBuffer<ffi::F32> out, int64_t layer) {
+  const auto qd = q.dimensions(), ad = ancestors.dimensions(), rd = roots.dimensions();
+  if (qd.size() != 4 || ad.size() != 3 || rd.size() != 1 || ad[0] != qd[0] || ad[1] != qd[1] || rd[0] != qd[0]) {
+    return ffi::Error::InvalidArgument("specjax_cpu_tree_attention takes ancestors [B,T,N] and roots [B]");
+  }
+  const Tree tree{ancestors.typed_data(), roots.typed_data(), ad[2]};
+  return Run(pool, q, k, v, positions, &tree, out, layer);
 }
 
 }  // namespace
@@ -209,6 +267,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxCpuAttention, Attention,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("layer"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxCpuTreeAttention, TreeAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("layer"));

@@ -76,14 +76,19 @@ def tree_visibility(key_slots_S, query_slots_BxQ, tree: TreeLayout):
 def compact_path(cache: KVCache, base_B, path_BxN, n_accepted_B) -> KVCache:
   """The cache with each row's accepted nodes (path_BxN: node indices root first, n_accepted_B of them) moved from
   their tree slots base + 1 + node to base + 1, base + 2, ...; the slots after them are left as they were."""
-  n = path_BxN.shape[1]
-  index_N = jnp.arange(n)
-  source_BxN = jnp.where(index_N[None, :] < n_accepted_B[:, None], path_BxN, index_N[None, :])
+  index_N = jnp.arange(path_BxN.shape[1])
+  return permute_window(cache, base_B, jnp.where(index_N[None, :] < n_accepted_B[:, None], path_BxN, index_N[None, :]))
+
+
+def permute_window(cache: KVCache, base_B, source_BxW) -> KVCache:
+  """The cache with slot base + 1 + i holding what slot base + 1 + source_BxW[b, i] held, for the W slots after
+  each row's base (the caller leaves room for them)."""
+  width = source_BxW.shape[1]
 
   def move(array_LxBxSxKxD):
-    def row(a_LxSxKxD, base, source_N):
-      window = jax.lax.dynamic_slice_in_dim(a_LxSxKxD, base + 1, n, axis=1)
-      return jax.lax.dynamic_update_slice_in_dim(a_LxSxKxD, jnp.take(window, source_N, axis=1), base + 1, axis=1)
-    return jax.vmap(row, in_axes=(1, 0, 0), out_axes=1)(array_LxBxSxKxD, base_B, source_BxN)
+    def row(a_LxSxKxD, base, source_W):
+      window = jax.lax.dynamic_slice_in_dim(a_LxSxKxD, base + 1, width, axis=1)
+      return jax.lax.dynamic_update_slice_in_dim(a_LxSxKxD, jnp.take(window, source_W, axis=1), base + 1, axis=1)
+    return jax.vmap(row, in_axes=(1, 0, 0), out_axes=1)(array_LxBxSxKxD, base_B, source_BxW)
 
   return cache.replace(k=move(cache.k), v=move(cache.v))

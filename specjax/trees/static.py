@@ -4,6 +4,7 @@ first choice after (0,). Nodes are numbered level by level, so a parent always c
 
 import dataclasses
 
+from specjax.trees.dynamic import MAX_NODES
 from specjax.trees.rejection import BRANCHINGS
 
 
@@ -28,6 +29,8 @@ class StaticTree:
       raise ValueError("a StaticTree needs at least one node, and every path at least one rank")
     if any(r < 0 for path in paths for r in path):
       raise ValueError(f"child ranks must be >= 0; got {self.paths!r}")
+    if len(paths) > MAX_NODES:
+      raise ValueError(f"a StaticTree of {len(paths)} nodes exceeds the {MAX_NODES} nodes a round verifies at most")
     if len(set(paths)) != len(paths):
       raise ValueError(f"StaticTree paths repeat a node: {self.paths!r}")
     present = set(paths)
@@ -66,3 +69,26 @@ class StaticTree:
   @property
   def depths(self) -> tuple[int, ...]:
     return tuple(len(path) for path in self.paths)
+
+  @property
+  def slots(self) -> int:
+    """Cache slots past the root a round writes (one per node)."""
+    return self.n_nodes
+
+  @classmethod
+  def balanced(cls, n_nodes: int, width: int = 2, branching: str = "top_k") -> "StaticTree":
+    """A standard tree of n_nodes, ranks below `width`: nodes in order of depth + sum of ranks (ties: shallower,
+    then path order), the likeliest nodes when a rank-r child is accepted with probability x^(r + 1), any x."""
+    if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or n_nodes < 1:
+      raise ValueError(f"a balanced tree needs n_nodes >= 1, got {n_nodes!r}")
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+      raise ValueError(f"a balanced tree needs width >= 1, got {width!r}")
+    paths, frontier = [], [(0,)]
+    while len(paths) < n_nodes:
+      path = min(frontier, key=lambda p: (len(p) + sum(p), len(p), p))
+      frontier.remove(path)
+      paths.append(path)
+      frontier.append(path + (0,))
+      if path[-1] + 1 < width:
+        frontier.append(path[:-1] + (path[-1] + 1,))
+    return cls(tuple(paths), branching)

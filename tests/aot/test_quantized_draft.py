@@ -2,12 +2,12 @@
 model holds, are placed by the fp32 weights' rules, and the compiled draft step counts those bytes."""
 
 import importlib.util
-import os
 
 import jax
 import numpy as np
 import pytest
 
+from aot.tiny_config import with_changes as _tiny_config
 from specjax.aot.run import run_aot
 from specjax.aot.settings import settings_from_config
 from specjax.config import ModelConfig
@@ -17,17 +17,6 @@ from specjax.sharding import abstract_sharded_params, make_mesh
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="needs libtpu: pip install -e '.[tpu]'")
-TINY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_config.py")
-
-
-def _tiny_config(**changes):
-  spec = importlib.util.spec_from_file_location("aot_tiny_config_q", TINY)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
-  for key, value in changes.items():
-    config[key] = value
-  return config
 
 
 def _nbytes(tree) -> int:

@@ -27,3 +27,11 @@ def get_config():
                  rows=[dict(task="row", ms_per_token=7.0, speedup=2.01)])
   c.output_dir = ""
   return c
+
+
+def with_changes(**changes) -> ml_collections.ConfigDict:
+  """This config with some fields changed (or added), as the tests vary it."""
+  c = get_config()
+  for key, value in changes.items():
+    c[key] = value
+  return c

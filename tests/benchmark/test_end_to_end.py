@@ -99,6 +99,9 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
     (dict(sweep="diagonal"), "sweep"),
     (dict(peers="vllm"), "peers"),
     (dict(peers="hf"), "needs a model file"),
+    (dict(tree_nodes=(200,)), "tree_nodes / tree_depth / tree_top_k"),
+    (dict(tree_branching="beam"), "tree_branching"),
+    (dict(methods=("ar", "medusa"), tree_methods=("prompt_lookup",)), "tree_methods"),
 ])
 def test_bad_settings_fail_before_model_work(tmp_path, change, message):
   with pytest.raises(ValueError, match=message):
@@ -118,3 +121,25 @@ def test_a_quantized_target(tmp_path):
   records = run_benchmark(config, target=init_model(TINY), progress=False)
   assert {r["method"] for r in records} == {"ar", "quantized:int8"}
   assert all(r["target_weights"] == "int8" and r["tokens_per_round"] >= 1.0 for r in records)
+
+
+def test_tree_cells_beside_the_chains(tmp_path):
+  """config.tree_nodes adds a DynamicTree cell per N and tree method at the first batch size, with per-depth
+  acceptance and nodes per accepted token, and the paired cost of verifying N tree nodes against a step."""
+  config = tiny_config(tmp_path, methods=("ar", "prompt_lookup", "medusa"), categories=("code",), tree_nodes=(4, 6),
+                       tree_depth=3, tree_top_k=2, tree_methods=("medusa",))
+  records = run_benchmark(config, target=init_model(TINY), progress=False)
+  report.write_outputs(records, validate_config(config), config.output_dir)
+  trees = [r for r in records if str(r["k"]).startswith("tree:")]
+  assert {(r["method"], r["k"], r["temperature"]) for r in trees} == {
+      ("medusa", f"tree:{n}", t) for n in (4, 6) for t in (0.0, 1.0)}
+  for r in trees:
+    assert r["tree"]["kind"] == "DynamicTree" and r["mean_k"] == r["tree"]["nodes"]
+    assert 1.0 <= r["tokens_per_round"] <= 4 and len(r["acceptance_per_depth"]) == 3
+    assert r["verified_per_accepted"] is None or r["verified_per_accepted"] >= 1.0
+    assert "dynamic tree" in r["theory_gap"] and r["paired_speedup_vs_ar"] > 0
+    if r["temperature"] == 0.0:
+      assert r["greedy_match_ar"] == 1.0
+  costs = records[0]["paired_tree_verify_cost"]
+  assert [c["k"] for c in costs] == [4, 6] and all(c["ratio"] > 0 and c["tree_paths"] for c in costs)
+  assert "Token trees" in (tmp_path / "report.md").read_text()

@@ -38,3 +38,39 @@ def test_invalid_inputs():
     theory.expected_tokens_per_round(1.5, 2)
   with pytest.raises(ValueError):
     theory.corrected_speedup(0.5, 2, 0.1, 0.0)
+
+
+def test_a_chain_tree_expects_the_chain_formula():
+  from specjax.trees.static import StaticTree
+  for alpha, k in ((0.8, 4), (0.5, 3), (0.958, 6)):
+    assert theory.tree_expected_tokens(StaticTree.chain(k), (alpha,)) == pytest.approx(
+        theory.expected_tokens_per_round(alpha, k))
+    assert theory.tree_expected_tokens(StaticTree.chain(k), theory.rank_acceptance(alpha, 0.5, 3)) == pytest.approx(
+        theory.expected_tokens_per_round(alpha, k))
+
+
+def test_a_small_tree_by_hand():
+  from specjax.trees.static import StaticTree
+  tree = StaticTree(((0,), (1,), (0, 0), (0, 1), (1, 0)))
+  # Rank 0 at 0.6, rank 1 at 0.3: 1 + 0.6 + 0.3 + 0.36 + 0.18 + 0.18 = 2.62.
+  assert theory.tree_expected_tokens(tree, (0.6, 0.3)) == pytest.approx(2.62)
+  # alpha 0.8, sibling rate 0.5: rank 1 gets half of the 0.2 left, rank 2 half of the rest.
+  assert theory.rank_acceptance(0.8, 0.5, 3) == pytest.approx((0.8, 0.1, 0.05))
+  assert theory.rank_acceptance(0.8, 1.0, 3) == pytest.approx((0.8, 0.2, 0.0))
+  with pytest.raises(ValueError, match="covers ranks 0..0"):
+    theory.tree_expected_tokens(tree, (0.6,))
+  with pytest.raises(ValueError, match="sum <= 1"):
+    theory.tree_expected_tokens(tree, (0.8, 0.3))
+
+
+def test_best_tree_takes_the_likeliest_paths_within_its_depth():
+  from specjax.trees.static import StaticTree
+  accept = (0.6, 0.3)
+  # Depth 2, 4 nodes: (0,) 0.6, (0, 0) 0.36, (1,) 0.3, then (0, 1) 0.18 ties with (1, 0): the one first in order.
+  tree = theory.best_tree(4, accept, max_depth=2)
+  assert tree.paths == ((0,), (1,), (0, 0), (0, 1))
+  assert theory.tree_expected_tokens(tree, accept) == pytest.approx(1 + 0.6 + 0.3 + 0.36 + 0.18)
+  assert theory.best_tree(3, (0.9, 0.05), max_depth=3) == StaticTree.chain(3)  # 0.729 beats 0.045
+  assert theory.best_tree(3, (0.9, 0.05), max_depth=2).paths == ((0,), (1,), (0, 0))
+  with pytest.raises(ValueError, match="no tree of 3 nodes"):
+    theory.best_tree(3, accept, max_depth=1)

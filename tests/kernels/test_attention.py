@@ -1,5 +1,5 @@
-"""The CPU attention kernel behind `cached_attention`: float64 softmax attention for the shapes it takes, and the
-cases routed away from it."""
+"""The CPU attention kernel behind `cached_attention`: float64 softmax attention for the shapes it takes, token trees
+as the JAX blockwise path masks them, and the cases routed away from it."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +8,7 @@ import pytest
 
 from specjax.attention import cached_attention
 from specjax.kernels import attention, build, use_kernels
+from specjax.trees.layout import tree_layout
 
 pytestmark = pytest.mark.skipif(not build.registered(), reason=f"CPU kernel unavailable: {build.unavailable_reason()}")
 
@@ -88,3 +89,83 @@ def test_outside_the_kernel_range_is_the_blockwise_path():
     assert "specjax_cpu_attention" not in lowered(q, k, v, layer=1)
   traced = jax.jit(lambda q, k, v, layer: cached_attention(q, k, v, layer, jnp.zeros((1, 1), jnp.int32), 8))
   assert "specjax_cpu_attention" not in traced.lower(q, k, v, 1).as_text()
+
+
+def _random_parents(rng, batch, width, depth, padding):
+  """parent_BxN of `depth` levels of `width` nodes (each node's parent a random node of the level above), then
+  `padding` nodes whose parent is below -1 (seen as the root's children)."""
+  parents = np.full((batch, width * depth + padding), -2, np.int32)
+  for level in range(1, depth):
+    above = np.arange((level - 1) * width, level * width)
+    parents[:, level * width:(level + 1) * width] = rng.choice(above, (batch, width))
+  parents[:, :width] = -1
+  parents[:, width * depth:] = rng.integers(-5, -1, (batch, padding))
+  return parents
+
+
+@pytest.mark.parametrize("batch,width,depth,padding,n_heads,n_kv,head_dim,size", [
+    (1, 1, 1, 0, 9, 3, 64, 256),   # SmolLM2's heads; a one-node tree
+    (3, 4, 3, 2, 9, 3, 64, 256),   # the widest, deepest tree, with padding
+    (1, 2, 2, 1, 4, 2, 12, 64),    # a head dim with a tail of 4
+    (3, 3, 1, 0, 6, 1, 8, 128),    # one kv head, a flat tree
+    (3, 1, 3, 3, 4, 4, 72, 64),    # a chain with padding; no grouping, a head dim past the 64-column block
+])
+def test_tree_kernel_matches_the_blockwise_tree(batch, width, depth, padding, n_heads, n_kv, head_dim, size):
+  """The whole tree in one call and one level of it (the other levels' entries already in the cache), with a root
+  slot per row (one at slot 0: a query then sees only its ancestors), give the JAX path's output."""
+  rng = np.random.default_rng(batch * 100 + width * 10 + depth)
+  parents_BxN = _random_parents(rng, batch, width, depth, padding)
+  t_tree = parents_BxN.shape[1] + 1
+  roots_B = np.array([size - t_tree - 3, 0, 37][:batch], np.int32)
+  layout = tree_layout(parents_BxN, roots_B)
+  level = depth - 1  # the deepest level: every ancestor sits in an earlier slot
+  for first, count in ((0, t_tree), (1 + level * width, width)):
+    q, k, v = _operands(batch + width + first, batch, count, n_heads, n_kv, head_dim, size)
+    slots_BxT = jnp.asarray(roots_B[:, None] + first + np.arange(count)[None, :], jnp.int32)
+    got, want = (_tree_call(kernels, q, k, v, slots_BxT, layout) for kernels in (True, False))
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5, err_msg=f"slots {first}..{first + count - 1}")
+
+
+def _tree_call(kernels, q, k, v, slots_BxT, layout):
+  """Layer 1's tree attention on one path, checking which one was lowered."""
+  fn = jax.jit(lambda q, k, v, p, tree: cached_attention(q, k, v, 1, p, 16, tree))
+  with use_kernels(kernels):
+    lowered = fn.lower(q, k, v, slots_BxT, layout).as_text()
+    assert ("specjax_cpu_tree_attention" in lowered) == kernels and "specjax_cpu_attention" not in lowered
+    return np.asarray(fn(q, k, v, slots_BxT, layout))
+
+
+def test_a_tree_model_call_matches_the_blockwise_path():
+  """A tiny Llama's hidden states over a token tree (whole, then a run of two of its slots) are the same with and
+  without kernels, rows with their own root slots."""
+  import specjax
+  from flax import nnx
+  from specjax.cache import init_cache
+
+  config = specjax.ModelConfig(vocab_size=64, d_model=48, n_layers=3, n_heads=6, n_kv_heads=2, ffn_dim=96,
+                               max_seq_len=64)
+  model = specjax.init_model(config, seed=0)
+  rng = np.random.default_rng(1)
+  prefix = jnp.asarray(rng.integers(0, 64, (2, 15)), jnp.int32)
+  parents_BxN = np.array([[-1, -1, 0, 0, 1, -3], [-1, 0, 0, 1, 2, -2]], np.int32)
+  tree_tokens = jnp.asarray(rng.integers(0, 64, (2, 7)), jnp.int32)
+  roots_B = np.array([9, 14], np.int32)
+  slots = jnp.asarray(roots_B[:, None] + np.arange(7)[None, :], jnp.int32)
+
+  def run(params, prefix, tree_tokens, slots, layout):
+    module = nnx.merge(model.graphdef, params)
+    positions = jnp.broadcast_to(jnp.arange(15, dtype=jnp.int32), prefix.shape)
+    cache = module(prefix, positions, init_cache(config, 2, 32))[2]
+    whole, cache, _ = module.hidden_states(tree_tokens, slots, cache, tree=layout)
+    level, _, _ = module.hidden_states(tree_tokens[:, 3:5], slots[:, 3:5], cache, tree=layout)
+    return whole, level
+
+  args = (model.params, prefix, tree_tokens, slots, tree_layout(parents_BxN, roots_B))
+  results = []
+  for kernels in (True, False):
+    with use_kernels(kernels):
+      program = jax.jit(lambda *a: run(*a))  # a fresh function per path: the switch is read at trace time
+      assert ("specjax_cpu_tree_attention" in program.lower(*args).as_text()) == kernels
+      results.append(program(*args))
+  for on, off in zip(*results):
+    np.testing.assert_allclose(np.asarray(on), np.asarray(off), atol=2e-5, rtol=2e-5)

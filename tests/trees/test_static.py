@@ -40,3 +40,17 @@ def test_bad_branching_and_paths_are_named():
     StaticTree(((0,),), "beam")
   with pytest.raises(TypeError, match="sequences of child ranks"):
     StaticTree((0, 1))
+
+
+def test_balanced_trees_take_nodes_by_depth_plus_rank():
+  assert StaticTree.balanced(4).paths == ((0,), (1,), (0, 0), (0, 1))
+  assert StaticTree.balanced(6).paths == ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
+  assert StaticTree.balanced(3, width=1) == StaticTree.chain(3)
+  assert StaticTree.balanced(5, width=4, branching="sample").paths == ((0,), (1,), (2,), (0, 0), (0, 1))
+  for n in (4, 8, 16, 32):  # every node budget the AOT report compiles is a valid tree of that many nodes
+    tree = StaticTree.balanced(n)
+    assert tree.n_nodes == n and max(tree.ranks) <= 1 and tree.depths.count(1) == 2
+  with pytest.raises(ValueError, match="n_nodes >= 1"):
+    StaticTree.balanced(0)
+  with pytest.raises(ValueError, match="width >= 1"):
+    StaticTree.balanced(4, width=0)

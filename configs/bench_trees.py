@@ -1,0 +1,35 @@
+"""Token trees beside chains on SmolLM2-135M (issue 19): the trained feature head and Medusa heads, the q4
+self-draft and prompt lookup, each at K=4 and with a DynamicTree of 16 nodes (depth 4, top-4), greedy, batch 1,
+every category, paired with autoregressive calls; the paired cost of verifying 16 tree nodes.
+
+  python scripts/train_draft.py --config=configs/train_feature_head.py --config.drafters="('feature_head','medusa')" \
+      --config.output_dir=results/train/heads --config.train.steps=150 --config.train.warmup_steps=15
+  python scripts/benchmark.py --config=configs/bench_trees.py
+"""
+
+from configs import bench_cpu
+
+
+def get_config():
+  c = bench_cpu.get_config()
+  c.methods = ("ar", "feature_head", "medusa", "quantized:q4", "prompt_lookup")
+  c.drafter_dirs.feature_head = "results/train/heads/feature_head/drafter"
+  c.drafter_dirs.medusa = "results/train/heads/medusa/drafter"
+  c.ks = (4,)
+  c.auto_ks = ()
+  c.batch_sizes = (1,)
+  c.temperatures = (0.0,)
+  c.sweep = "axes"
+  c.phase_split_batch_sizes = (1,)
+  c.phase_split_methods = ("ar",)
+  c.tree_nodes = (16,)
+  c.tree_depth = 4            # Medusa has 4 heads: trees 4 deep
+  c.tree_top_k = 4
+  c.tree_branching = "top_k"  # greedy: the same trees either way; top_k ranks by the draft's own logits
+  c.prompts_per_category = 2
+  c.max_new_tokens = 64
+  c.prompt_bucket = 0
+  c.paired_with_ar = True
+  c.paired_verify_calls = 20
+  c.output_dir = "results/bench_trees"
+  return c
