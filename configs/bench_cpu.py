@@ -34,7 +34,9 @@ def get_config():
   c.tree_nodes = ()                # token-tree cells: a DynamicTree of each N here per tree method, at the first
                                    # batch size, beside the chains (and, with paired_verify_calls, the paired cost
                                    # of verifying N nodes against a step, at the first phase-split batch size)
-  c.tree_depth = 5                 # the trees' depth (at most N) and children per expanded node
+  c.tree_kind = "dynamic"          # "dynamic": DynamicTree(N, tree_depth, tree_top_k); "static":
+                                   # StaticTree.balanced(N, width=tree_top_k) (every round the same shape)
+  c.tree_depth = 5                 # the dynamic trees' depth (at most N) and children per expanded node
   c.tree_top_k = 4
   c.tree_branching = "sample"      # "top_k" (each context's top choices) or "sample" (drawn from q)
   c.tree_methods = ()              # drafter methods that run tree cells (() = every one that branches)

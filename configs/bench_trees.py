@@ -4,7 +4,7 @@ every category, paired with autoregressive calls; the paired cost of verifying 1
 
   python scripts/train_draft.py --config=configs/train_feature_head.py --config.drafters="('feature_head','medusa')" \
       --config.output_dir=results/train/heads --config.train.steps=150 --config.train.warmup_steps=15
-  python scripts/benchmark.py --config=configs/bench_trees.py
+  python scripts/benchmark.py --config=configs/bench_trees.py   # --config.tree_kind=static: balanced static trees
 """
 
 from configs import bench_cpu

@@ -25,8 +25,8 @@ MAX_K = 64
 # Every key of configs/bench_cpu.py (tests/benchmark/test_plan.py keeps the two the same).
 SETTINGS = ("model", "dtype", "weights", "random_model", "methods", "drafter_dirs", "categories", "ks", "auto_ks",
             "batch_sizes", "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods",
-            "paired_verify_calls", "tree_nodes", "tree_depth", "tree_top_k", "tree_branching", "tree_methods",
-            "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket",
+            "paired_verify_calls", "tree_nodes", "tree_kind", "tree_depth", "tree_top_k", "tree_branching",
+            "tree_methods", "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket",
             "repeats", "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat",
             "stop_at_eos", "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
 
@@ -158,7 +158,7 @@ def tree_key(n_nodes: int) -> str:
 
 def _trees(c: dict) -> None:
   """Checks the tree settings and puts the cells' trees in c["trees"] (one per config.tree_nodes)."""
-  from specjax.trees import DynamicTree
+  from specjax.trees import DynamicTree, StaticTree
   from specjax.trees.rejection import BRANCHINGS
   c["tree_nodes"] = _ints("tree_nodes", c["tree_nodes"], 1) if c["tree_nodes"] else ()
   for name in ("tree_depth", "tree_top_k"):
@@ -171,9 +171,13 @@ def _trees(c: dict) -> None:
   missing = [m for m in c["tree_methods"] if m not in c["methods"][1:]]
   if missing:
     raise ValueError(f"tree_methods {missing} are not drafter methods of config.methods {list(c['methods'])}")
+  if c["tree_kind"] not in ("dynamic", "static"):
+    raise ValueError(f"config.tree_kind must be 'dynamic' or 'static', got {c['tree_kind']!r}")
   try:
-    c["trees"] = tuple(DynamicTree(n, min(int(c["tree_depth"]), n), int(c["tree_top_k"]), c["tree_branching"])
-                       for n in c["tree_nodes"])
+    c["trees"] = tuple(
+        DynamicTree(n, min(int(c["tree_depth"]), n), int(c["tree_top_k"]), c["tree_branching"])
+        if c["tree_kind"] == "dynamic" else StaticTree.balanced(n, int(c["tree_top_k"]), c["tree_branching"])
+        for n in c["tree_nodes"])
   except ValueError as err:
     raise ValueError(f"config.tree_nodes / tree_depth / tree_top_k: {err}") from None
 

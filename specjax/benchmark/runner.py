@@ -6,7 +6,6 @@ Shapes are shared to bound compilation: one cache size for the whole run and one
 Each program's first call compiles, generates one token and is not timed (its time is reported as `compile_s`).
 """
 
-import dataclasses
 import itertools
 import os
 import platform
@@ -272,7 +271,12 @@ def _theory(rec, base, cell):
 
 
 def _describe(tree) -> dict | None:
-  return None if tree is None else {"kind": type(tree).__name__, **dataclasses.asdict(tree)}
+  """The tree's kind, N, depth and branching (and a dynamic tree's top_k, a static tree's paths)."""
+  if tree is None:
+    return None
+  return {"kind": type(tree).__name__, "nodes": tree.n_nodes, "depth": tree.max_depth,
+          "branching": tree.branching, **({"top_k": tree.top_k} if hasattr(tree, "top_k") else
+                                          {"paths": [list(path) for path in tree.paths]})}
 
 
 def _peer_speedups(records):

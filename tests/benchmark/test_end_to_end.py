@@ -101,6 +101,7 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
     (dict(peers="hf"), "needs a model file"),
     (dict(tree_nodes=(200,)), "tree_nodes / tree_depth / tree_top_k"),
     (dict(tree_branching="beam"), "tree_branching"),
+    (dict(tree_kind="sequoia"), "tree_kind"),
     (dict(methods=("ar", "medusa"), tree_methods=("prompt_lookup",)), "tree_methods"),
 ])
 def test_bad_settings_fail_before_model_work(tmp_path, change, message):
@@ -134,7 +135,7 @@ def test_tree_cells_beside_the_chains(tmp_path):
   assert {(r["method"], r["k"], r["temperature"]) for r in trees} == {
       ("medusa", f"tree:{n}", t) for n in (4, 6) for t in (0.0, 1.0)}
   for r in trees:
-    assert r["tree"]["kind"] == "DynamicTree" and r["mean_k"] == r["tree"]["nodes"]
+    assert r["tree"]["kind"] == "DynamicTree" and r["mean_k"] == r["tree"]["nodes"] == int(r["k"][5:])
     assert 1.0 <= r["tokens_per_round"] <= 4 and len(r["acceptance_per_depth"]) == 3
     assert r["verified_per_accepted"] is None or r["verified_per_accepted"] >= 1.0
     assert "dynamic tree" in r["theory_gap"] and r["paired_speedup_vs_ar"] > 0
