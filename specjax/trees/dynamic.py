@@ -51,8 +51,9 @@ class DynamicTree:
 
   @property
   def expanded(self) -> int:
-    """Nodes the draft runs on (top_k per level above the last): the entries it writes past the root."""
-    return (self.depth - 1) * self.top_k
+    """Nodes the draft runs on (top_k per level above the deepest a kept node can be): the entries it writes past
+    the root."""
+    return (self.max_depth - 1) * self.top_k
 
   @property
   def slots(self) -> int:

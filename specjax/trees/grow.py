@@ -115,7 +115,7 @@ def _grow_dynamic(tree, expand, state, root_logits_BxV, root_payload, root_slot_
   prop_entry = []                                      # per level: each proposal's expansion index or -1
   exp_parent_BxE = jnp.full((batch, max(tree.expanded, 1)), -1, jnp.int32)
   q_by_expansion, payload_BxL, offset = [], None, 0
-  for depth in range(1, tree.depth):
+  for depth in range(1, tree.max_depth):  # a node deeper than N has N ancestors ahead of it: never kept
     beam_BxK = jax.lax.top_k(values[-1], k)[1]          # the level's best proposals, in proposal order of value
     first = (depth - 1) * k
     exp_parent_BxE = exp_parent_BxE.at[:, first:first + k].set(jnp.take_along_axis(parent_exp[-1], beam_BxK, 1))
@@ -164,8 +164,10 @@ def _grow_dynamic(tree, expand, state, root_logits_BxV, root_payload, root_slot_
 def entries_in_node_order(cache, root_slot_B, draft: TreeDraft, tree):
   """The drafter's cache with each verified node's entry at root + 1 + its node index (expansions that were not
   verified stay behind as garbage past the committed length)."""
-  if isinstance(tree, StaticTree) and _static_expansions(tree) == list(range(len(_static_expansions(tree)))):
-    return cache  # every expansion already sits at its node's slot
+  if isinstance(tree, StaticTree):
+    expansions = _static_expansions(tree)
+    if expansions == list(range(len(expansions))):
+      return cache  # every expansion already sits at its node's slot
   width = tree.slots
   index_W = jnp.arange(width, dtype=jnp.int32)
   entry_BxW = jnp.pad(draft.entry_BxN, ((0, 0), (0, width - tree.n_nodes)), constant_values=-1)
