@@ -53,7 +53,8 @@ def get_config():
   c.prompt_lookup_max_ngram = 3
   c.chat = True                    # apply the model's chat template to the prompts
   c.stop_at_eos = True
-  c.execute_code = True            # run generated functions against the prompts' tests (isolated subprocess)
+  c.execute_code = True            # run generated functions against the prompts' tests (specjax.benchmark.sandbox:
+                                   # temp dir, scrubbed env, rlimits, guard, no network)
   c.peers = ""                     # "hf": also HF transformers generate (AR and prompt lookup) on the same file;
                                    # "llama_cpp": llama.cpp's f32 target alone and with the file's own blocks as
                                    # its draft (llama-completion, llama-speculative at each K), batch 1

@@ -1,7 +1,7 @@
 """Quality per category, so that "faster" never hides "worse".
 
-code: share of outputs whose function parses and passes the prompt's small tests (run in a separate,
-isolated Python process with a timeout); structured: share that parses as the requested JSON / CSV;
+code: share of outputs whose function parses and passes the prompt's small tests (run in
+`specjax.benchmark.sandbox` with a timeout); structured: share that parses as the requested JSON / CSV;
 prose: distinct-bigram ratio (1 = no repetition loops); long_context: share of output word trigrams found in the
 passage (grounding), and for quoting prompts whether the expected phrase is reproduced.
 For sampled runs, `agree` compares a method's mean with the autoregressive mean within a 95% interval.
@@ -13,10 +13,10 @@ import io
 import json
 import math
 import re
-import subprocess
-import sys
 
 import numpy as np
+
+from specjax.benchmark import sandbox
 
 PRIMARY = {"code": "passes_tests", "structured": "parses", "prose": "distinct_2", "long_context": "grounded"}
 _FENCE = re.compile(r"```[a-zA-Z]*\n?(.*?)(```|$)", re.S)
@@ -29,13 +29,9 @@ def extract_block(text: str) -> str:
 
 
 def run_tests(code: str, tests, timeout_s: float = 5.0) -> bool:
-  program = code + "\n\n" + "\n".join(tests) + "\n"
-  try:
-    result = subprocess.run([sys.executable, "-I", "-c", program], capture_output=True, timeout=timeout_s,
-                            stdin=subprocess.DEVNULL)
-  except subprocess.TimeoutExpired:
-    return False
-  return result.returncode == 0
+  """True when the code followed by the tests exits 0 in the sandbox within timeout_s; False for a failure, a
+  timeout, a call the sandbox refuses or a sandbox error."""
+  return sandbox.run(code + "\n\n" + "\n".join(tests) + "\n", timeout_s).ok
 
 
 def score_code(text: str, spec: dict, execute: bool = True) -> dict:

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from specjax.benchmark import sandbox
 from specjax.benchmark.metrics import geometric_mean
 
 
@@ -160,6 +161,13 @@ def verify_cost_section(pairs: list) -> list[str]:
           _table(["category", "B", "K", "filled", "step ms", "verify ms", "ratio"], rows), ""]
 
 
+def code_execution_note(settings: dict) -> list[str]:
+  """Where generated code ran, when the run executed it against the prompts' tests."""
+  if not settings.get("execute_code"):
+    return []
+  return [f"Code outputs were executed in the sandbox (specjax.benchmark.sandbox): {sandbox.describe()}.", ""]
+
+
 def write_report(records, settings: dict, output_dir: str) -> str:
   ours = _ours(records)
   temps = sorted({r["temperature"] for r in ours})
@@ -216,6 +224,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
             "prose: distinct-bigram ratio; long_context: share of output trigrams found in the passage. "
             "Greedy runs: share of rows whose tokens equal autoregressive decoding's. Sampled runs: whether the "
             "method's quality agrees with autoregressive decoding's within a 95% interval.", ""]
+  parts += code_execution_note(settings)
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["quality"]["metric"],
            r["quality"]["value"], r["quality"]["n"], r.get("greedy_match_ar"), r["quality"].get("agrees_with_ar")]
           for r in records if r.get("quality")]
