@@ -19,6 +19,7 @@ from ml_collections import config_flags  # noqa: E402
 
 import specjax  # noqa: E402
 from specjax import distributed, memory  # noqa: E402
+from specjax.kernels import packed  # noqa: E402
 from specjax.cache import cache_size  # noqa: E402
 from specjax.host import prompt_bucket  # noqa: E402
 from specjax.cli import drafter_from_config, mesh_from_string, model_from_source  # noqa: E402
@@ -89,8 +90,9 @@ def main(argv):
     if getattr(drafter, "model", None) is not None:
       draft += memory.cache_bytes(drafter.model.config, len(prompts), size)
   cache = memory.cache_bytes(target.config, len(prompts), size)
-  budget = memory.budget_bytes(target.param_bytes + draft, target.config, len(prompts), size)
-  print(f"peak resident memory {peak / memory.GiB:.2f} GiB; parameters {target.param_bytes / memory.GiB:.2f} GiB + "
+  params = target.param_bytes + packed.view_bytes(target)  # the CPU kernels' tiles are a second copy
+  budget = memory.budget_bytes(params + draft, target.config, len(prompts), size)
+  print(f"peak resident memory {peak / memory.GiB:.2f} GiB; parameters {params / memory.GiB:.2f} GiB + "
         f"draft {draft / memory.GiB:.2f} GiB + cache {cache / memory.GiB:.3f} GiB + 1 GiB = "
         f"{budget / memory.GiB:.2f} GiB ({'within' if peak <= budget else 'OVER'} budget)")
 

@@ -169,7 +169,7 @@ def run_batch(target, batch: PreparedBatch, *, seed: int = 0, calibration: Calib
   (the benchmark's compiling call stops after one token at the real shapes)."""
   spec, drafter = batch.spec, batch.spec.drafter
   max_new_B = batch.max_new_B if max_new_tokens is None else np.minimum(batch.max_new_B, max_new_tokens)
-  target_params, drafter_params = target.params, (drafter.params() if drafter is not None else ())
+  target_params, drafter_params = engine.params_for(target, spec), (drafter.params() if drafter is not None else ())
   inputs = (jnp.asarray(batch.tokens_BxS), jnp.asarray(batch.prompt_len_B), jnp.asarray(max_new_B))
   if spec.mesh is not None:
     from specjax.sharding import place_for_generation

@@ -49,7 +49,8 @@ def run_phase_split(target, batch, seed_key, *, warmup: bool = True):
   drafter_params = spec.drafter.params() if spec.drafter is not None else ()
   tokens_BxS, prompt_len_B, max_new_B = (jax.numpy.asarray(x) for x in
                                          (batch.tokens_BxS, batch.prompt_len_B, batch.max_new_B))
-  state = engine.prefill_for(target.params, tokens_BxS, prompt_len_B, max_new_B, seed_key, spec=spec)
+  target_params = engine.params_for(target, spec)
+  state = engine.prefill_for(target_params, tokens_BxS, prompt_len_B, max_new_B, seed_key, spec=spec)
   state = _drafter_init(drafter_params, state, prompt_len_B, spec=spec)
   # Committed like the states _accept returns (a jit output is committed when any input is, e.g. drafter weights
   # placed with device_put), so that every round calls the programs the warmup compiled.
@@ -59,7 +60,7 @@ def run_phase_split(target, batch, seed_key, *, warmup: bool = True):
     t0 = time.perf_counter()
     draft_BxK, q, draft_state = jax.block_until_ready(_draft(drafter_params, state, spec=spec, vocab_size=vocab))
     t1 = time.perf_counter()
-    logits, cache, features = jax.block_until_ready(_verify(target.params, state, draft_BxK, spec=spec))
+    logits, cache, features = jax.block_until_ready(_verify(target_params, state, draft_BxK, spec=spec))
     t2 = time.perf_counter()
     state = jax.block_until_ready(_accept(drafter_params, state, logits, q, draft_BxK, cache, draft_state, max_new_B,
                                           features, spec=spec))

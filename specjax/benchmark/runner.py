@@ -17,7 +17,7 @@ from specjax.benchmark import bandwidth, metrics, quality, tasks, theory
 from specjax.benchmark.phases import run_phase_split
 from specjax.benchmark.plan import Cell, plan, split_method, validate_config
 from specjax.benchmark.verify_cost import paired_verify_cost
-from specjax import host
+from specjax import engine, host
 from specjax.cache import cache_size
 from specjax.calibration import Calibration
 from specjax.drafters import registry
@@ -166,7 +166,7 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
     compiled.add(key)
   round_cost = None
   if cell.auto:  # measured on the first call (above, or in an earlier cell with this spec)
-    round_cost = calibration.round_costs(target.params, drafter.params(), inputs[0].tokens_BxS,
+    round_cost = calibration.round_costs(engine.params_for(target, inputs[0].spec), drafter.params(), inputs[0].tokens_BxS,
                                          inputs[0].prompt_len_B, inputs[0].spec)
   calls, ar_calls = [], []
   for repeat in range(c["repeats"]):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.cache import init_cache
-from specjax.engine import score_program
+from specjax.engine import params_for, score_program
 from specjax.spec import TargetSpec
 
 
@@ -34,13 +34,14 @@ def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: i
 
   # The scoring call of the unsharded decode program (kernels on), as `engine.verify` runs it.
   spec = TargetSpec(graphdef=target.graphdef)
+  params = params_for(target, spec)
 
   parents = {1: None, k + 1: None if tree is None else jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32),
                                                                          (batch, k))}
 
   def timed(t: int) -> float:
     start = time.perf_counter()
-    logits, caches[t] = score_program(target.params, *inputs[t], caches[t], parents[t], spec=spec)
+    logits, caches[t] = score_program(params, *inputs[t], caches[t], parents[t], spec=spec)
     jax.block_until_ready(logits)
     return time.perf_counter() - start
 

@@ -22,6 +22,7 @@ from specjax.drafters.base import TargetFeatures
 from specjax.engine.round import init_drafter, prefill, score, speculative_round, target_features, tree_round
 from specjax.engine.state import DecodeState, row_keys, unfinished
 from specjax.kernels.linear import use_kernels
+from specjax.kernels.packed import packed_params
 from specjax.policy import PolicyInputs, init_policy_state
 from specjax.spec import DecodeSpec, PrefillSpec, TargetSpec
 from specjax.trees.layout import tree_layout
@@ -33,6 +34,12 @@ def traced(spec, target_params):
   the spec's kernel routing, for tracing."""
   with use_kernels(spec.kernels):
     yield nnx.merge(spec.graphdef, target_params)
+
+
+def params_for(target, spec):
+  """The target's parameters as the programs of `spec` (any Target-, Prefill- or DecodeSpec) run them: with the
+  kernels on (unsharded), the packed view of `specjax.kernels.packed` (made once per Model), else as they are."""
+  return packed_params(target) if spec.kernels else target.params
 
 
 @functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("tokens_BxS",))

@@ -1,4 +1,5 @@
 """Hand-written kernels for the places where XLA leaves speed on the table (CPU skinny matmuls and
 few-query cache attention)."""
 
-from specjax.kernels.linear import dense, kernels_enabled, use_kernels
+from specjax.kernels.linear import kernels_enabled, use_kernels
+from specjax.kernels.packed import PackedKernel, dense, packed_params, plain

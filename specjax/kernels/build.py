@@ -1,4 +1,4 @@
-"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_attention.cc`, `cpu_quant.cc`) into one library, once per source,
+"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_packed.cc`, `cpu_attention.cc`, `cpu_quant.cc`) into one library, once per source,
 jaxlib and compiler, in the user's cache, and registers them with XLA.
 
 Built on first use (a few seconds with g++); any failure (no compiler, not x86-64 with AVX2, FMA and F16C) leaves
@@ -18,14 +18,16 @@ import jax
 import jaxlib
 
 _HERE = os.path.dirname(__file__)
-SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_attention.cc", "cpu_quant.cc"))
+SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_packed.cc", "cpu_attention.cc", "cpu_quant.cc"))
 HEADERS = (os.path.join(_HERE, "parallel.h"),)
 TARGET_NAME = "specjax_cpu_linear"
 ATTENTION_TARGET_NAME = "specjax_cpu_attention"
 TREE_ATTENTION_TARGET_NAME = "specjax_cpu_tree_attention"
 QUANT_TARGET_NAME = "specjax_cpu_quant"
+PACKED_TARGET_NAME = "specjax_cpu_packed_linear"
 _SYMBOLS = {TARGET_NAME: "SpecjaxCpuLinear", ATTENTION_TARGET_NAME: "SpecjaxCpuAttention",
-            TREE_ATTENTION_TARGET_NAME: "SpecjaxCpuTreeAttention", QUANT_TARGET_NAME: "SpecjaxCpuQuant"}
+            TREE_ATTENTION_TARGET_NAME: "SpecjaxCpuTreeAttention", QUANT_TARGET_NAME: "SpecjaxCpuQuant",
+            PACKED_TARGET_NAME: "SpecjaxCpuPackedLinear"}
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-std=c++17", "-shared", "-fPIC", "-w")
 _reason: list[str] = []
 
@@ -42,6 +44,11 @@ def cpu_flags() -> frozenset:
 
 def _cpu_has_avx2_fma_f16c() -> bool:
   return {"avx2", "fma", "f16c"} <= cpu_flags()
+
+
+def has_avx512() -> bool:
+  """Whether the packed linear kernel (AVX-512F) runs on this CPU."""
+  return "avx512f" in cpu_flags()
 
 
 def has_avx512_vnni() -> bool:

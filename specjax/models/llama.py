@@ -7,7 +7,7 @@ from flax import nnx
 from specjax.attention import cached_attention
 from specjax.cache import KVCache, attention_block
 from specjax.config import ModelConfig
-from specjax.kernels import dense
+from specjax.kernels import dense, plain
 from specjax.models.family import ModelFamily, ShardRule
 from specjax.models.rope import apply_rope, rope_tables
 
@@ -127,7 +127,7 @@ class Llama(nnx.Module):
   def embed_tokens(self, tokens_BxT) -> jax.Array:
     """[B, T, D] rows of the embedding (a float parameter, or a quantized `QDense` table)."""
     if isinstance(self.embed, nnx.Param):
-      return jnp.take(self.embed[...], tokens_BxT, axis=0)
+      return jnp.take(plain(self.embed[...]), tokens_BxT, axis=0)
     return self.embed.rows(tokens_BxT, jnp.dtype(self.config.dtype))
 
   def logits(self, hidden_BxTxD) -> jax.Array:

@@ -1,0 +1,129 @@
+"""Packed float32 weights: a Linear kernel W [K, N] (or a tied embedding [N, K] used as the head) kept beside its
+column tiles [T, K, 48], so that 1..64 rows stream each weight once, front to back (`cpu_packed.cc`).
+
+`packed_params(model)` is the view of a Model's parameters that the engine's unsharded CPU programs run on: every
+2-D float32 `kernel` and a tied `embed` become a `PackedKernel` that holds the original array (for XLA's dot on
+prefill-sized blocks and for the embedding lookup) and its tiles (for the kernel). It is made once per Model, costs
+the weights' bytes again, and leaves the Model as it was: checkpoints, sharding, drafters and training see the
+plain parameters.
+"""
+
+import math
+import weakref
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.kernels import build
+from specjax.kernels import linear
+
+TILE = 48        # cpu_packed.cc's kTile
+MAX_ROWS = 64    # cpu_packed.cc's kMaxRows
+
+
+@flax.struct.dataclass
+class PackedKernel:
+  """W and its tiles. `kernel` is W [K, N], or the table [N, K] when `transposed` (a tied embedding)."""
+
+  kernel: jax.Array
+  tiles: jax.Array
+  transposed: bool = flax.struct.field(pytree_node=False, default=False)
+
+  def __getitem__(self, index):
+    if index is Ellipsis:  # nnx.Variable's `param[...]`
+      return self
+    raise TypeError("a PackedKernel is read whole (param[...]); index its .kernel")
+
+  @property
+  def n_out(self) -> int:
+    return self.kernel.shape[0 if self.transposed else 1]
+
+
+def pack(w_KxN: jax.Array) -> jax.Array:
+  """W [K, N] as tiles [ceil(N / 48), K, 48], the last tile zero-padded."""
+  k, n = w_KxN.shape
+  tiles = -(-n // TILE)
+  padded = jnp.pad(w_KxN, ((0, 0), (0, tiles * TILE - n)))
+  return padded.reshape(k, tiles, TILE).transpose(1, 0, 2)
+
+
+def plain(w):
+  """The array a weight stands for: a PackedKernel's original, anything else itself."""
+  return w.kernel if isinstance(w, PackedKernel) else w
+
+
+def available() -> bool:
+  """Whether packed weights pay here: the CPU kernels are built and on, and the CPU has AVX-512 (at trace time)."""
+  return build.has_avx512() and linear.kernels_enabled()
+
+
+def _xla_dot(x, w: PackedKernel):
+  if w.transposed:
+    return jnp.einsum("...k,nk->...n", x, w.kernel)
+  return jnp.einsum("...k,kn->...n", x, w.kernel)
+
+
+def packed_dense(x_NxK: jax.Array, w: PackedKernel) -> jax.Array:
+  """x [..., K] @ W: the packed kernel for 1..64 float32 rows on a CPU with AVX-512, else XLA's dot on the
+  original. Inference only (no gradient with respect to the tiles)."""
+  rows = math.prod(x_NxK.shape[:-1])
+  if not (1 <= rows <= MAX_ROWS and x_NxK.dtype == jnp.float32 and available()):
+    return _xla_dot(x_NxK, w)
+  x_MxK = x_NxK.reshape(rows, x_NxK.shape[-1])
+  out = jax.ShapeDtypeStruct((rows, w.n_out), jnp.float32)
+  y = jax.lax.platform_dependent(
+      x_MxK, w.tiles, cpu=lambda x, t: jax.ffi.ffi_call(build.PACKED_TARGET_NAME, out)(x, t),
+      default=lambda x, t: _xla_dot(x, w))
+  return y.reshape(x_NxK.shape[:-1] + (w.n_out,))
+
+
+def dense(x_NxK: jax.Array, w, *, transposed: bool = False) -> jax.Array:
+  """The model's one matmul with a weight: x [..., K] @ w [K, N] (or w [N, K] with transposed=True); a
+  PackedKernel knows its own layout."""
+  if isinstance(w, PackedKernel):
+    return packed_dense(x_NxK, w)
+  return linear.dense(x_NxK, w, transposed=transposed)
+
+
+def _is_packable(path, value, tied: bool) -> bool:
+  name = str(path[-1]) if path else ""
+  if not (hasattr(value, "ndim") and value.ndim == 2 and value.dtype == jnp.float32):
+    return False
+  return name == "kernel" or (tied and name == "embed" and len(path) == 1)
+
+
+_pack = jax.jit(pack)
+_pack_transposed = jax.jit(lambda table_NxK: pack(table_NxK.T))
+
+
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def packed_params(model) -> nnx.State:
+  """The Model's parameters with every float32 kernel (and a tied embedding) a PackedKernel; made once per Model
+  and kept while it lives. Without the kernels (not a CPU with AVX-512, kernels off) the plain parameters."""
+  if not (available() and jax.default_backend() == "cpu"):
+    return model.params
+  if model not in _CACHE:
+    tied = bool(model.config.tie_embeddings)
+    leaves = []
+    for path, var in nnx.to_flat_state(model.params):
+      w = var[...]
+      if _is_packable(path, w, tied):
+        table = str(path[-1]) == "embed"
+        tiles = _pack_transposed(w) if table else _pack(w)
+        var = var.replace(PackedKernel(kernel=w, tiles=tiles, transposed=table))
+      leaves.append((path, var))
+    _CACHE[model] = nnx.from_flat_state(leaves)
+  return _CACHE[model]
+
+
+def view_bytes(model) -> int:
+  """The bytes the Model's packed view adds (its tiles), 0 while none was made."""
+  view = _CACHE.get(model)
+  if view is None:
+    return 0
+  weights = (var[...] for _, var in nnx.to_flat_state(view))
+  return sum(w.tiles.nbytes for w in weights if isinstance(w, PackedKernel))
