@@ -72,5 +72,6 @@ def generate(target: Model, prompts, *, max_new_tokens: int, sampling: SamplingP
   texts = ([target.tokenizer.decode(t, skip_special_tokens=True) for t in out.tokens]
            if target.tokenizer is not None else None)
   stats = summarize(out.accepted_RxB, out.n_new_B, out.rounds, batch.spec.max_k, out.wall_s, out.first_token_s,
-                    out.k_R, tree=tree)
+                    out.k_R, tree=tree, tree_log=None if tree is None else (out.tree_rank_RxBxD1,
+                                                                             out.tree_children_RxBxD1))
   return GenerationResult(tokens=out.tokens, texts=texts, stats=stats, prompt_tokens=batch.prompt_ids)

@@ -160,6 +160,8 @@ class BatchOutput:
   k_R: np.ndarray              # [rounds]
   wall_s: float                # the whole call (calibration excluded, compilation included on a first call)
   first_token_s: float
+  tree_rank_RxBxD1: np.ndarray | None = None      # token trees: `engine.state.DecodeState`'s rank log
+  tree_children_RxBxD1: np.ndarray | None = None
 
 
 def run_batch(target, batch: PreparedBatch, *, seed: int = 0, calibration: Calibration | None = None,
@@ -181,10 +183,12 @@ def run_batch(target, batch: PreparedBatch, *, seed: int = 0, calibration: Calib
   start, timings = time.perf_counter(), {}
   state = engine.run(target_params, drafter_params, *inputs, jax.random.key(seed), spec=spec,
                      policy_inputs=policy_inputs, timings=timings)
-  tokens_BxS, n_new_B, rounds, accepted, k_R = host_values(
-      (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB, state.k_R))
+  tokens_BxS, n_new_B, rounds, accepted, k_R, tree_log = host_values(
+      (state.tokens_BxS, state.n_new_B, state.round, state.accepted_RxB, state.k_R,
+       (state.tree_rank_RxBxD1, state.tree_children_RxBxD1)))
   wall = time.perf_counter() - start
   rounds = int(rounds)
+  ranks, children = (log[:rounds] if not isinstance(log, tuple) else None for log in tree_log)
   return BatchOutput(tokens=unpack_new_tokens(tokens_BxS, batch.prompt_len_B, n_new_B), n_new_B=n_new_B,
                      rounds=rounds, accepted_RxB=accepted[:rounds], k_R=k_R[:rounds], wall_s=wall,
-                     first_token_s=timings["first_token_s"])
+                     first_token_s=timings["first_token_s"], tree_rank_RxBxD1=ranks, tree_children_RxBxD1=children)

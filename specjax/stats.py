@@ -115,6 +115,15 @@ def verified_per_accepted(accepted_N, verified_N) -> float | None:
   return _ratio(proposed_drafts(verified_N), accepted_drafts(accepted_N))
 
 
+def acceptance_by_rank(rank_RxBxD1, children_RxBxD1, width: int) -> list[float | None]:
+  """Per-rank acceptance (Sequoia's positional acceptance) from a token tree's rank log (`trees.ranks`): entry r is
+  the share of visited contexts with a rank-r child whose accepted child was that one; what
+  `benchmark.theory.tree_expected_tokens` takes. None where no context had a child of that rank."""
+  rank = np.asarray(rank_RxBxD1, np.int64).reshape(-1)
+  children = np.asarray(children_RxBxD1, np.int64).reshape(-1)
+  return [_ratio(np.sum(rank == r), np.sum(children > r)) for r in range(width)]
+
+
 def mean_k(k_N) -> float | None:
   """Drafts proposed per active row-round (K itself unless the adaptive policy varied it)."""
   return _ratio(proposed_drafts(k_N), np.size(k_N))
@@ -140,6 +149,7 @@ class GenerationStats:
   first_token_s: float = 0.0                # time to first token: the prefill program (and its compilation)
   tree_nodes: int = 0                       # a token tree's N nodes verified per round (k is then its depth); 0: chain
   verified_per_accepted: float = 0.0        # drafts (or tree nodes) verified per accepted draft
+  acceptance_by_rank: list[float] = dataclasses.field(default_factory=list)  # trees: P(rank-r child accepted)
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -150,10 +160,11 @@ def _or_zero(value: float | None) -> float:
 
 
 def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k: int,
-              wall_time_s: float = 0.0, first_token_s: float = 0.0, k_R=None, tree=None) -> GenerationStats:
+              wall_time_s: float = 0.0, first_token_s: float = 0.0, k_R=None, tree=None,
+              tree_log=None) -> GenerationStats:
   """Stats from the loop's [rounds, batch] record of accepted counts (-1 marks an inactive row). k_R: drafts
   proposed in each round when K varied (adaptive policy); k is then the largest K. tree: the rounds' token tree
-  (a StaticTree or DynamicTree): k is then its depth and k_R is not read."""
+  (a StaticTree or DynamicTree): k is then its depth and k_R is not read; tree_log: its (rank, children) record."""
   record = np.asarray(accepted_RxB, np.int64)[:rounds]
   if tree is not None:
     k, k_R = tree.max_depth, None
@@ -176,4 +187,11 @@ def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k
       first_token_s=first_token_s,
       tree_nodes=0 if tree is None else tree.n_nodes,
       verified_per_accepted=_or_zero(verified_per_accepted(accepted_N, verified_N)),
+      acceptance_by_rank=([_or_zero(p) for p in acceptance_by_rank(*tree_log, tree_width(tree))]
+                          if tree is not None and tree_log is not None else []),
   )
+
+
+def tree_width(tree) -> int:
+  """The most children a node of the tree can have: a dynamic tree's top_k, a static tree's highest rank + 1."""
+  return getattr(tree, "top_k", None) or 1 + max(tree.ranks)

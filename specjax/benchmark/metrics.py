@@ -94,6 +94,7 @@ def summarize_calls(records, k: int, tree=None) -> dict:
       "alpha": stats.alpha(accepted_N, k_N),
       "verified_per_accepted": stats.verified_per_accepted(accepted_N, verified_N),
       "acceptance_per_depth": stats.acceptance_per_position(accepted_N, k_N, k) if tree is not None else None,
+      "acceptance_by_rank": _by_rank(records, tree),
       "throughput_tok_s": throughput(records),
       "decode_tok_s": decode_throughput(records),
       "latency_ms_per_token_p50": percentile(lat, 50),
@@ -103,6 +104,15 @@ def summarize_calls(records, k: int, tree=None) -> dict:
       "rounds": int(sum(len(r["accepted"]) for r in records)),
       "wall_s": float(sum(r["wall_s"] for r in records)),
   }
+
+
+def _by_rank(records, tree) -> list | None:
+  """A tree's per-rank acceptance pooled over its calls' rank logs (None for a chain or calls without logs)."""
+  logs = [(np.asarray(r["tree_ranks"]), np.asarray(r["tree_children"])) for r in records if r.get("tree_ranks")]
+  if tree is None or not logs:
+    return None
+  return stats.acceptance_by_rank(np.concatenate([a.reshape(-1) for a, _ in logs]),
+                                  np.concatenate([c.reshape(-1) for _, c in logs]), stats.tree_width(tree))
 
 
 def summarize_phases(rounds) -> dict:

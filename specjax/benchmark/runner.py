@@ -139,7 +139,9 @@ def _call(target, batch: host.PreparedBatch, seed: int, calibration: Calibration
   """One fused call through the host path, as a call record (`benchmark.metrics`)."""
   out = host.run_batch(target, batch, seed=seed, calibration=calibration, max_new_tokens=max_new_tokens)
   return {"wall_s": out.wall_s, "first_token_s": out.first_token_s, "new_tokens": out.n_new_B.tolist(),
-          "accepted": out.accepted_RxB.tolist(), "k": batch.spec.max_k, "k_R": out.k_R.tolist(), "tokens": out.tokens}
+          "accepted": out.accepted_RxB.tolist(), "k": batch.spec.max_k, "k_R": out.k_R.tolist(), "tokens": out.tokens,
+          **({"tree_ranks": out.tree_rank_RxBxD1.tolist(), "tree_children": out.tree_children_RxBxD1.tolist()}
+             if out.tree_rank_RxBxD1 is not None else {})}
 
 
 def _batches(target, drafter, k, cell: Cell, groups, prompt_ids, bucket, size, c) -> list:
@@ -166,8 +168,8 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
     compiled.add(key)
   round_cost = None
   if cell.auto:  # measured on the first call (above, or in an earlier cell with this spec)
-    round_cost = calibration.round_costs(engine.params_for(target, inputs[0].spec), drafter.params(), inputs[0].tokens_BxS,
-                                         inputs[0].prompt_len_B, inputs[0].spec)
+    round_cost = calibration.round_costs(engine.params_for(target, inputs[0].spec), drafter.params(),
+                                         inputs[0].tokens_BxS, inputs[0].prompt_len_B, inputs[0].spec)
   calls, ar_calls = [], []
   for repeat in range(c["repeats"]):
     for g, inp in enumerate(inputs):
@@ -248,8 +250,7 @@ def _theory(rec, base, cell):
     rec["theory_gap"] = "adaptive K: the policy mixes K per round, so no single-K prediction applies"
     return
   if cell.tree is not None:
-    rec["theory_gap"] = ("a dynamic tree's shape follows the draft row by row and round by round: its per-depth "
-                         "acceptance is measured (acceptance_rate_per_position); docs/tpu.md has static-tree theory")
+    _tree_theory(rec, cell.tree)
     return
   if alpha is None:
     rec["theory_gap"] = "no verification rounds: nothing to predict from"
@@ -268,6 +269,28 @@ def _theory(rec, base, cell):
   rec["theory_gap"] = theory.explain_gap(rec["speedup_vs_ar"], rec["predicted_speedup"], rec["tokens_per_round"],
                                          rec["expected_tokens_per_round"], fused_ratio, cell.k * c + r,
                                          cell.batch_size)
+
+
+def _tree_theory(rec, tree):
+  """Expected tokens per round from the measured per-rank acceptance (Sequoia / EAGLE-2): of the static tree itself,
+  or for a dynamic tree, of the best static tree of its N nodes and depth at those rates (a dynamic tree reshapes
+  itself per row and round, so it may do better)."""
+  by_rank = rec.get("acceptance_by_rank")
+  if not by_rank or by_rank[0] is None:
+    rec["theory_gap"] = "no tree rounds: no per-rank acceptance to predict from"
+    return
+  rates = [p or 0.0 for p in by_rank]
+  rates = [p / max(1.0, sum(rates)) for p in rates]  # ranks are measured over different contexts
+  shape = tree if isinstance(tree, StaticTree) else theory.best_tree(tree.n_nodes, rates, tree.max_depth,
+                                                                     tree.branching)
+  expected = theory.tree_expected_tokens(shape, rates)
+  rec["expected_tokens_per_round"] = expected
+  measured = rec.get("tokens_per_round")
+  which = "this static tree" if shape is tree else f"the best static tree of {tree.n_nodes} nodes at these rates"
+  rec["theory_gap"] = (f"tokens per round: measured {measured:.2f} vs {expected:.2f} expected for {which} from the "
+                       f"measured per-rank acceptance {', '.join(f'{p:.2f}' for p in rates)} (i.i.d. across "
+                       f"depths{'; the dynamic tree reshapes itself per round' if shape is not tree else ''})"
+                       if measured is not None else f"{expected:.2f} tokens per round expected for {which}")
 
 
 def _describe(tree) -> dict | None:

@@ -64,6 +64,9 @@ def decode_program(target_params, drafter_params, state: DecodeState, prompt_len
       body = functools.partial(adaptive_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
                                inputs=policy_inputs, policy=spec.k, sampling=spec.sampling, eos_ids=spec.eos_ids)
     elif spec.tree is not None:
+      log_RxBxD1 = (state.accepted_RxB.shape[0], state.accepted_RxB.shape[1], spec.tree.max_depth + 1)
+      state = state.replace(tree_rank_RxBxD1=jnp.full(log_RxBxD1, -1, jnp.int32),
+                            tree_children_RxBxD1=jnp.zeros(log_RxBxD1, jnp.int32))
       body = functools.partial(tree_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
                                tree=spec.tree, sampling=spec.sampling, eos_ids=spec.eos_ids)
     else:

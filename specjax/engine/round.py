@@ -14,6 +14,7 @@ from specjax.engine.state import DecodeState, budget_spent, is_eos, round_keys
 from specjax.rejection import accept
 from specjax.sampling import distribution, sample
 from specjax.trees.layout import compact_path, tree_layout
+from specjax.trees.ranks import path_ranks
 from specjax.trees.rejection import accept_tree
 
 
@@ -221,5 +222,12 @@ def tree_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *
     index_BxD1 = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), jnp.maximum(path_BxD + 1, 0)], axis=1)
     features = jax.tree.map(lambda a: jnp.take_along_axis(a, index_BxD1.reshape(index_BxD1.shape + (1,) * (a.ndim - 2)),
                                                           axis=1), features)
-  return commit(drafter, drafter_params, state, accepted_BxD, n_accepted_B, next_B, cache, draft_state, max_new_B,
-                proposed=n, eos_ids=eos_ids, features=features)
+  new_state = commit(drafter, drafter_params, state, accepted_BxD, n_accepted_B, next_B, cache, draft_state, max_new_B,
+                     proposed=n, eos_ids=eos_ids, features=features)
+  if isinstance(state.tree_rank_RxBxD1, tuple):  # no log to keep (a caller's own state)
+    return new_state
+  rank_BxD1, children_BxD1 = path_ranks(parent_BxN, path_BxN, n_accepted_B, tree.max_depth)
+  active_B1 = ~state.done_B[:, None]
+  return new_state.replace(
+      tree_rank_RxBxD1=state.tree_rank_RxBxD1.at[state.round].set(jnp.where(active_B1, rank_BxD1, -1)),
+      tree_children_RxBxD1=state.tree_children_RxBxD1.at[state.round].set(jnp.where(active_B1, children_BxD1, 0)))

@@ -24,6 +24,8 @@ class DecodeState:
   k_R: jax.Array               # drafts proposed in each round (fixed K, or the adaptive policy's choice)
   prompt_features: Any = ()    # TargetFeatures of the prompt for feature-level drafters; consumed by their init
   policy: Any = ()             # PolicyState when K is chosen per round
+  tree_rank_RxBxD1: Any = ()   # token trees: per round, row and visited context, the accepted child's rank (-1: none)
+  tree_children_RxBxD1: Any = ()  # ... and the context's children (0: not reached); `trees.ranks.path_ranks`
 
 
 def row_keys(seed_key: jax.Array, batch: int) -> jax.Array:

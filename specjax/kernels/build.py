@@ -1,5 +1,5 @@
-"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_packed.cc`, `cpu_attention.cc`, `cpu_quant.cc`) into one library, once per source,
-jaxlib and compiler, in the user's cache, and registers them with XLA.
+"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_packed.cc`, `cpu_attention.cc`, `cpu_quant.cc`) into one library,
+once per source, jaxlib and compiler, in the user's cache, and registers them with XLA.
 
 Built on first use (a few seconds with g++); any failure (no compiler, not x86-64 with AVX2, FMA and F16C) leaves
 the kernels unavailable and the model on XLA's own ops, with the reason in `unavailable_reason()`.
@@ -18,7 +18,8 @@ import jax
 import jaxlib
 
 _HERE = os.path.dirname(__file__)
-SOURCES = tuple(os.path.join(_HERE, name) for name in ("cpu_linear.cc", "cpu_packed.cc", "cpu_attention.cc", "cpu_quant.cc"))
+SOURCES = tuple(os.path.join(_HERE, name)
+                for name in ("cpu_linear.cc", "cpu_packed.cc", "cpu_attention.cc", "cpu_quant.cc"))
 HEADERS = (os.path.join(_HERE, "parallel.h"),)
 TARGET_NAME = "specjax_cpu_linear"
 ATTENTION_TARGET_NAME = "specjax_cpu_attention"
