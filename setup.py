@@ -23,10 +23,13 @@ setup(
         "numpy",
         "tqdm",
         "matplotlib",
+        "starlette",
+        "uvicorn",
     ],
     extras_require={
         # torch is pinned to the CPU build that ships on this project's machines; never a CUDA download.
-        "test": ["pytest", "scipy", "torch==2.13.0", "transformers", "accelerate", "nbclient", "nbformat", "ipykernel"],
+        "test": ["pytest", "scipy", "torch==2.13.0", "transformers", "accelerate", "nbclient", "nbformat", "ipykernel",
+                 "openai", "httpx"],
         # libtpu matching the installed jax: runs on TPU VMs and compiles for TPU topologies on any host (AOT).
         "tpu": ["jax[tpu]"],
     },

@@ -1,0 +1,292 @@
+"""`Engine`: continuous batching with speculative decoding over S decode slots.
+
+A request waits in a bounded queue until a slot is free; it is then prefilled alone (its own compiled program per
+prompt bucket, `programs.admit_program`), its first token is delivered, and its row is inserted into the slot of a
+persistent S-row DecodeState. Each host step runs one compiled program that advances every active slot by up to R
+speculative rounds of the engine's own round (`programs.step_program`: ragged acceptance per row, as `generate`), reads
+the new tokens back, hands them to each request's stream, frees finished slots (EOS, max_tokens, cancellation) and
+fills free slots from the queue.
+
+Sampling: `SamplingParams` is a compile-time constant of the engine's programs, so requests are grouped by their
+setting (and by whether EOS stops them); a step runs one program call per group present, the other groups' rows
+masked out and restored. Greedy requests give exactly `specjax.generate`'s tokens for the prompt alone, whatever
+else is served. Sampled ones are exact in distribution; a row's random numbers depend only on its seed and its own
+rounds, so a seeded request draws the same tokens whatever else is served (its first token is
+`generate(..., seed=seed)`'s; later ones differ from `generate`'s, whose rounds count differently). Each new setting
+compiles new programs: `max_sampling_settings` bounds how many the engine accepts.
+
+Threads: `start()` runs the loop in a thread of its own (all JAX calls there); `submit` and `RequestHandle.cancel`
+are safe from any thread. Without `start()`, a caller drives the engine with `step()` (tests do, deterministically).
+The engine never imports an HTTP stack.
+"""
+
+import collections
+import contextlib
+import logging
+import threading
+import time
+
+from specjax.cache import cache_size
+from specjax.host import MIN_PROMPT_BUCKET, check_drafter, check_k, check_lengths, check_tree
+from specjax.model import Model
+from specjax.policy import SpeculationPolicy
+from specjax.sampling import SamplingParams
+from specjax.serving.metrics import EngineMetrics
+from specjax.serving.request import Completion, QueueFull, Request, RequestHandle, RequestStats, Update
+from specjax.serving.slots import Slots, deliver
+from specjax.spec import DecodeSpec
+
+log = logging.getLogger(__name__)
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class Engine:
+  """Serves requests on S slots with one drafter at a fixed K (or autoregressively without a drafter).
+
+  slots: S, the rows of the persistent decode state; rounds_per_step: R, the most rounds per host step (a smaller R
+  streams more often, a larger one pays fewer host round trips); max_queue: requests that may wait for a slot
+  (`submit` raises QueueFull beyond); max_model_len: the longest prompt + completion a request may ask for (default:
+  what the target and drafter hold, less K); tree: a StaticTree / DynamicTree of drafts instead of a chain."""
+
+  def __init__(self, target: Model, *, drafter=None, k=None, tree=None, slots: int = 4, rounds_per_step: int = 4,
+               max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8):
+    if not isinstance(target, Model):
+      raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
+    check_drafter(target, drafter)
+    k = check_k(k, drafter) if tree is None else check_tree(tree, drafter, k)
+    if isinstance(k, SpeculationPolicy):
+      raise ValueError("the serving engine runs a fixed K; the adaptive policy (k='auto') is not supported yet")
+    for name, value, low in (("slots", slots, 1), ("rounds_per_step", rounds_per_step, 1), ("max_queue", max_queue, 0),
+                             ("max_sampling_settings", max_sampling_settings, 1)):
+      if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    self.target, self.drafter, self.k, self.tree = target, drafter, k, tree
+    self.max_k = k if tree is None else tree.slots
+    limit = min([target.config.max_seq_len] + ([drafter.max_seq_len] if drafter is not None and drafter.max_seq_len
+                                               else [])) - self.max_k
+    self.max_model_len = limit if max_model_len is None else int(max_model_len)
+    if self.max_model_len < 2:
+      raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+    check_lengths(target, drafter, self.max_model_len, 0, self.max_k)
+    self.size = cache_size(self.max_model_len + self.max_k)
+    self.slots, self.rounds_per_step, self.max_queue = slots, rounds_per_step, max_queue
+    self.seed, self.max_sampling_settings = seed, max_sampling_settings
+    drafted_k = self.max_k if drafter is not None else 0   # draft positions the counters keep
+    self.metrics = EngineMetrics(drafted_k)
+    self._cond = threading.Condition()
+    self._step_lock = threading.Lock()
+    self._waiting: collections.deque[RequestHandle] = collections.deque()
+    self._cancels: set[RequestHandle] = set()
+    self._specs: dict[tuple, DecodeSpec] = {}
+    self._slots = Slots(target, drafter.params() if drafter is not None else (), slots=slots, rounds=rounds_per_step,
+                        size=self.size, seed=seed, drafted_k=drafted_k, metrics=self.metrics, lock=self._cond)
+    self._thread: threading.Thread | None = None
+    self._stopping = threading.Event()
+    self._paused = False
+
+  # ---- any thread ----------------------------------------------------------------------------------------------
+
+  def check(self, request: Request) -> None:
+    """Raises ValueError naming what the engine cannot serve in `request`."""
+    if not isinstance(request, Request):
+      raise TypeError(f"expected a specjax.serving.Request, got {type(request).__name__}")
+    ids, vocab = request.prompt_ids, self.target.config.vocab_size
+    if not ids:
+      raise ValueError("the prompt is empty")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+      raise ValueError(f"the prompt has token ids outside the vocabulary [0, {vocab}): {bad[:5]}")
+    if len(ids) + request.max_tokens > self.max_model_len:
+      raise ValueError(f"this model's maximum context length is {self.max_model_len} tokens; the request asks for "
+                       f"{len(ids) + request.max_tokens} ({len(ids)} in the prompt, {request.max_tokens} in the "
+                       f"completion)")
+    with self._cond:
+      known = set(self._specs)
+    if request.group not in known and len(known) >= self.max_sampling_settings:
+      settings = sorted((s.temperature, s.top_k, s.top_p, not eos) for s, eos in known)
+      raise ValueError(f"the server compiles at most {self.max_sampling_settings} sampling settings and has them all; "
+                       f"use one of these (temperature, top_k, top_p, ignore_eos): {settings}")
+
+  def submit(self, request: Request, sink=None) -> RequestHandle:
+    """Queues a request; returns its handle (updates go to `sink(update)` from the engine's thread, or to the
+    handle's own queue). Raises ValueError for a request the engine cannot serve, QueueFull when `max_queue`
+    requests already wait for a slot."""
+    self.check(request)
+    handle = RequestHandle(request, sink, on_cancel=self._request_cancel)
+    with self._cond:
+      if self._stopping.is_set():
+        raise RuntimeError("the engine is stopping")
+      if len(self._waiting) >= self.max_queue + len(self._slots.free()):
+        self.metrics.add(rejected_queue_full=1)
+        raise QueueFull(f"the queue of requests waiting for a slot is full ({self.max_queue} waiting, {self.slots} "
+                        f"slots busy); retry later")
+      if request.group not in self._specs:
+        if len(self._specs) >= self.max_sampling_settings:
+          raise ValueError(f"the server compiles at most {self.max_sampling_settings} sampling settings")
+        self._specs[request.group] = self._new_spec(request)
+      self._waiting.append(handle)
+      self.metrics.set(waiting=len(self._waiting))
+      self._cond.notify_all()
+    return handle
+
+  def generate(self, request: Request, timeout: float | None = None) -> Completion:
+    """Submits and waits (the engine must be running in its thread)."""
+    return self.submit(request).result(timeout)
+
+  @property
+  def num_waiting(self) -> int:
+    with self._cond:
+      return len(self._waiting)
+
+  @property
+  def num_running(self) -> int:
+    with self._cond:
+      return self.slots - len(self._slots.free())
+
+  def free_slots(self) -> int:
+    with self._cond:
+      return len(self._slots.free())
+
+  @property
+  def alive(self) -> bool:
+    return self._thread is not None and self._thread.is_alive() and not self._stopping.is_set()
+
+  def start(self) -> "Engine":
+    """Runs the engine loop in its own thread."""
+    if self._thread is not None:
+      raise RuntimeError("the engine is already started")
+    self._thread = threading.Thread(target=self._loop, name="specjax-serving-engine", daemon=True)
+    self._thread.start()
+    return self
+
+  def stop(self, timeout: float = 60.0) -> None:
+    """Stops the loop (after the step in progress) and cancels every waiting and running request."""
+    self._stopping.set()
+    with self._cond:
+      self._cond.notify_all()
+    if self._thread is not None and self._thread is not threading.current_thread():
+      self._thread.join(timeout)
+    with self._step_lock:
+      self._finish_all("cancelled")
+
+  def pause(self) -> None:
+    """Holds admissions and steps until `resume` (requests still queue; cancellations still free slots)."""
+    with self._cond:
+      self._paused = True
+
+  def resume(self) -> None:
+    with self._cond:
+      self._paused = False
+      self._cond.notify_all()
+
+  @contextlib.contextmanager
+  def paused(self):
+    self.pause()
+    try:
+      yield self
+    finally:
+      self.resume()
+
+  def warmup(self, samplings=(GREEDY,), prompt_lengths=(1,)) -> None:
+    """Compiles the programs of these sampling settings and prompt lengths' buckets with throwaway requests (the
+    engine stepped here: call before `start`), then zeroes the metrics."""
+    for sampling in samplings:
+      for length in prompt_lengths:
+        handle = self.submit(Request((0,) * length, max_tokens=min(2, self.max_model_len - length), sampling=sampling))
+        while not handle.finished:
+          self.step()
+    self.metrics.reset()
+
+  # ---- the engine's thread -------------------------------------------------------------------------------------
+
+  def step(self) -> bool:
+    """One host iteration: cancellations, admissions into free slots, one step program call per sampling group of
+    the active slots, deliveries. Returns whether it did anything."""
+    with self._step_lock:
+      with self._cond:
+        cancels, self._cancels, paused = self._cancels, set(), self._paused
+      worked = self._apply_cancels(cancels)
+      if not paused:
+        worked |= self._admit_waiting()
+        with self._cond:
+          specs = dict(self._specs)
+        worked |= self._slots.advance(specs)
+      self.metrics.set(running=self.num_running, waiting=self.num_waiting)
+      return worked
+
+  def _loop(self) -> None:
+    while not self._stopping.is_set():
+      try:
+        worked = self.step()
+      except Exception as error:  # a failed program: fail the requests it held, keep serving
+        log.exception("serving engine step failed")
+        with self._step_lock:
+          self._finish_all("error", error=f"{type(error).__name__}: {error}")
+          self._slots.reset()
+        worked = False
+      if not worked:
+        with self._cond:
+          idle = not (self._waiting or any(self._slots.table)) or self._paused
+          if not self._stopping.is_set() and idle and not self._cancels:
+            self._cond.wait(0.5)
+
+  def _request_cancel(self, handle: RequestHandle) -> None:
+    with self._cond:
+      self._cancels.add(handle)
+      self._cond.notify_all()
+
+  def _new_spec(self, request: Request) -> DecodeSpec:
+    eos = tuple(self.target.config.eos_token_ids) if request.stop_at_eos else ()
+    return DecodeSpec(graphdef=self.target.graphdef, drafter=self.drafter, sampling=request.sampling, k=self.k,
+                      eos_ids=eos, prompt_bucket=MIN_PROMPT_BUCKET, tree=self.tree)
+
+  def _apply_cancels(self, cancels) -> bool:
+    for handle in cancels:
+      with self._cond:
+        if handle in self._waiting:
+          self._waiting.remove(handle)
+          slot = None
+        else:
+          slot = self._slots.slot_of(handle)
+          if slot is None:
+            continue  # finished already
+      if slot is None:
+        self._finish_waiting(handle, "cancelled")
+      else:
+        self._slots.finish(slot, (), "cancelled")
+    return bool(cancels)
+
+  def _admit_waiting(self) -> bool:
+    worked = False
+    while True:
+      with self._cond:
+        free = self._slots.free()
+        if not free or not self._waiting:
+          return worked
+        handle, slot = self._waiting.popleft(), free[0]
+        spec = self._specs[handle.request.group]
+      try:
+        self._slots.admit(handle, slot, spec)
+      except Exception as error:
+        if not handle.finished:
+          self._finish_waiting(handle, "error", error=f"{type(error).__name__}: {error}")
+        raise
+      worked = True
+
+  def _finish_waiting(self, handle: RequestHandle, reason: str, error: str | None = None) -> None:
+    now = time.perf_counter() - handle.submitted_at
+    stats = RequestStats.from_rounds([], [], prompt_tokens=len(handle.request.prompt_ids), completion_tokens=0,
+                                     max_k=0, queue_s=now, first_token_s=now, total_s=now)
+    self.metrics.finish(reason)
+    deliver(handle, Update((), finish_reason=reason, stats=stats, error=error))
+
+  def _finish_all(self, reason: str, error: str | None = None) -> None:
+    with self._cond:
+      waiting, self._waiting = list(self._waiting), collections.deque()
+      slots = [s for s, r in enumerate(self._slots.table) if r is not None]
+    for handle in waiting:
+      self._finish_waiting(handle, reason, error)
+    for slot in slots:
+      self._slots.finish(slot, (), reason, error)
+    self.metrics.set(running=0, waiting=0)

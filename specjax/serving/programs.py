@@ -1,0 +1,135 @@
+"""The serving engine's three compiled programs, composed from `specjax.engine`'s phases (no second round, sampling or
+rejection lives here):
+
+- `admit_program`: one request's prefill and its drafter's prefill (batch 1, one compilation per prompt bucket and
+  decode spec), giving the request's row of a DecodeState;
+- `insert_program`: that row written into one slot of the persistent S-row DecodeState (buffers donated);
+- `step_program`: every active slot advanced by up to R rounds of the engine's round, in one bounded
+  `lax.while_loop` (it stops after R rounds or when every active row is done), so tokens can stream.
+
+Inactive slots (free, or of another sampling group) are marked done for the step, so they emit nothing; with
+`isolate` their whole row is restored afterwards, because a drafter may update its state of a done row.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from specjax.engine.programs import traced
+from specjax.engine.round import init_drafter, prefill, speculative_round, tree_round
+from specjax.engine.state import DecodeState, unfinished
+from specjax.spec import DecodeSpec
+
+# The DecodeState fields that belong to one request's row (the rest is the step's round log).
+ROW_FIELDS = ("tokens_BxS", "seq_len_B", "n_new_B", "done_B", "cache", "draft_state", "row_keys_B")
+
+
+def admit_row(target_params, drafter_params, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *,
+              spec: DecodeSpec) -> dict:
+  """The prompt through the target (first token sampled) and the drafter's own prefill: the request's row fields
+  (`ROW_FIELDS`). row_keys_B: each row's random key, as `engine.row_keys` gives it (prefill draws the first token
+  from fold_in(key, 0), rounds from fold_in(key, round))."""
+  with traced(spec, target_params) as target:
+    state = prefill(target, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, spec=spec.prefill, max_rounds=1)
+    state = init_drafter(spec.drafter, drafter_params, state, prompt_len_B, spec.prompt_bucket)
+  return {name: getattr(state, name) for name in ROW_FIELDS}
+
+
+admit_program = jax.jit(admit_row, static_argnames=("spec",))
+
+
+def row_axes(target_params, drafter_params, size: int, key, *, spec: DecodeSpec) -> tuple:
+  """The batch axis of every leaf of a row (`jax.tree.leaves` order; None: a leaf without one), found by tracing
+  the admission at batch 1 and 2 (a drafter's state may keep its batch on any axis, e.g. a KV cache's second)."""
+
+  def shapes(batch):
+    tokens = jax.ShapeDtypeStruct((batch, size), jnp.int32)
+    lengths = jax.ShapeDtypeStruct((batch,), jnp.int32)
+    keys = jax.eval_shape(lambda: jax.random.split(key, batch))
+    return jax.tree.leaves(jax.eval_shape(functools.partial(admit_row, spec=spec), target_params, drafter_params,
+                                          tokens, lengths, lengths, keys))
+
+  axes = []
+  for one, two in zip(shapes(1), shapes(2)):
+    differ = [i for i, (a, b) in enumerate(zip(one.shape, two.shape)) if a != b]
+    if len(differ) > 1 or len(one.shape) != len(two.shape):
+      raise ValueError(f"a decode state leaf of shape {one.shape} at batch 1 / {two.shape} at batch 2 has no single "
+                       f"batch axis; the serving engine cannot give it slots")
+    axes.append(differ[0] if differ else None)
+  return tuple(axes)
+
+
+def stack_rows(row: dict, slots: int, axes: tuple) -> dict:
+  """`slots` copies of one row along each leaf's batch axis: the persistent state's first value."""
+  leaves, treedef = jax.tree.flatten(row)
+  return jax.tree.unflatten(treedef, [leaf if axis is None else jnp.concatenate([leaf] * slots, axis=axis)
+                                      for leaf, axis in zip(leaves, axes)])
+
+
+def empty_log(rows: dict, rounds: int) -> DecodeState:
+  """A DecodeState of these row fields with an empty round log of `rounds` rounds."""
+  slots = rows["seq_len_B"].shape[0]
+  return DecodeState(**rows, round=jnp.int32(0), accepted_RxB=jnp.full((rounds, slots), -1, jnp.int32),
+                     emitted_RxB=jnp.zeros((rounds, slots), jnp.int32), k_R=jnp.zeros((rounds,), jnp.int32))
+
+
+@functools.partial(jax.jit, static_argnames=("axes",), donate_argnames=("slots",))
+def insert_program(slots: DecodeState, row: dict, slot, *, axes: tuple) -> DecodeState:
+  """`row` (a batch-1 row, `admit_row`) written into slot `slot` of the S-row state."""
+  old = {name: getattr(slots, name) for name in ROW_FIELDS}
+  old_leaves, treedef = jax.tree.flatten(old)
+  new_leaves = [new if axis is None else jax.lax.dynamic_update_slice_in_dim(leaf, new, slot, axis)
+                for leaf, new, axis in zip(old_leaves, jax.tree.leaves(row), axes)]
+  return slots.replace(**jax.tree.unflatten(treedef, new_leaves))
+
+
+def round_body(target, spec: DecodeSpec, drafter_params, max_new_B):
+  """The engine's round for this spec (a chain of K drafts, K = 0 autoregressive, or a token tree), as a function
+  of the state: what `engine.decode_program` loops over."""
+  if spec.adaptive:
+    raise ValueError("the serving engine runs a fixed K (the adaptive policy is not yet load-aware)")
+  if spec.tree is not None:
+    return functools.partial(tree_round, target, spec.drafter, drafter_params, max_new_B=max_new_B, tree=spec.tree,
+                             sampling=spec.sampling, eos_ids=spec.eos_ids)
+  return functools.partial(speculative_round, target, spec.drafter, drafter_params, max_new_B=max_new_B, k=spec.k,
+                           sampling=spec.sampling, eos_ids=spec.eos_ids)
+
+
+def _select_rows(active_S, new, old, axes):
+  """Row by row: `new` where active_S, else `old` (leaves along their batch axes)."""
+  new_leaves, treedef = jax.tree.flatten(new)
+  out = []
+  for a, b, axis in zip(new_leaves, jax.tree.leaves(old), axes):
+    if axis is None:
+      out.append(a)
+      continue
+    mask = active_S.reshape((1,) * axis + (-1,) + (1,) * (a.ndim - axis - 1))
+    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+      data = jnp.where(mask.reshape(mask.shape + (1,)), jax.random.key_data(a), jax.random.key_data(b))
+      out.append(jax.random.wrap_key_data(data, impl=jax.random.key_impl(a)))
+    else:
+      out.append(jnp.where(mask, a, b))
+  return jax.tree.unflatten(treedef, out)
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "rounds", "isolate", "axes"), donate_argnames=("slots",))
+def step_program(target_params, drafter_params, slots: DecodeState, active_S, max_new_S, *, spec: DecodeSpec,
+                 rounds: int, isolate: bool, axes: tuple) -> DecodeState:
+  """Up to `rounds` rounds of every active slot (active_S; budgets max_new_S). The returned state's round log
+  (`round`, `accepted_RxB`, `emitted_RxB`, `k_R`) covers this step only; each row's key moves on, so the next step
+  draws fresh random numbers (rounds use fold_in(key, 1..rounds), the next key is fold_in(key, rounds + 1))."""
+  batch = active_S.shape[0]
+  start = slots.replace(done_B=slots.done_B | ~active_S, round=jnp.int32(0),
+                        accepted_RxB=jnp.full((rounds, batch), -1, jnp.int32),
+                        emitted_RxB=jnp.zeros((rounds, batch), jnp.int32), k_R=jnp.zeros((rounds,), jnp.int32))
+  with traced(spec, target_params) as target:
+    body = round_body(target, spec, drafter_params, max_new_S)
+    out = jax.lax.while_loop(unfinished, lambda state: body(state=state), start)
+  row_keys_B = jax.vmap(lambda key: jax.random.fold_in(key, rounds + 1))(out.row_keys_B)
+  out = out.replace(done_B=jnp.where(active_S, out.done_B, slots.done_B), row_keys_B=row_keys_B)
+  if isolate:
+    rows = _select_rows(active_S, {name: getattr(out, name) for name in ROW_FIELDS},
+                        {name: getattr(slots, name) for name in ROW_FIELDS}, axes)
+    out = out.replace(**rows)
+  return out

@@ -1,0 +1,199 @@
+"""The continuous-batching engine on tiny random models, stepped by the test: requests arriving at different times,
+one cancelled mid-way, several sampling groups at once; every greedy request gives exactly offline `generate`'s
+tokens for its prompt alone, and every slot is free at the end."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import specjax
+from specjax import drafters
+from specjax.serving import Engine, QueueFull, Request
+
+CONFIG = specjax.ModelConfig(vocab_size=32, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64,
+                             max_seq_len=160)
+DRAFT_CONFIG = CONFIG.replace(n_layers=1, d_model=16, n_heads=2, n_kv_heads=1, ffn_dim=24)
+GREEDY = specjax.SamplingParams(temperature=0.0)
+# (prompt, max_tokens): budgets that end in different steps; one prompt bucket and one offline cache size, so that
+# the offline references compile once
+REQUESTS = [([1, 2, 3, 4, 5, 1, 2, 3], 24), ([7, 8], 30), ([9, 10, 11, 12, 13, 14, 15, 16, 9, 10, 11, 12, 13, 14], 17),
+            ([4, 4, 5], 9), ([6, 1, 6, 1, 6], 21)]
+
+
+@pytest.fixture(scope="module")
+def target():
+  return specjax.init_model(CONFIG, seed=1)
+
+
+@pytest.fixture(scope="module")
+def expected(target):
+  """Offline greedy tokens of each request's prompt alone (autoregressive; greedy speculation gives the same, which
+  tests/test_generate.py checks for every drafter)."""
+  return [_offline(target, prompt, max_tokens) for prompt, max_tokens in REQUESTS]
+
+
+def _drafter(kind):
+  return {"autoregressive": lambda: None, "prompt_lookup": lambda: drafters.PromptLookup(max_ngram=3),
+          "draft_model": lambda: drafters.DraftModel(specjax.init_model(DRAFT_CONFIG, seed=2))}[kind]()
+
+
+def _offline(target, prompt, max_tokens):
+  return specjax.generate(target, [prompt], max_new_tokens=max_tokens, sampling=GREEDY).tokens[0]
+
+
+def _run_until_finished(engine, handles, limit=500):
+  for _ in range(limit):
+    if all(h.finished for h in handles):
+      return
+    engine.step()
+  raise AssertionError("requests did not finish")
+
+
+@pytest.mark.parametrize("kind", ["autoregressive", "prompt_lookup", "draft_model"])
+def test_staggered_requests_equal_offline_generate(target, expected, kind):
+  drafter = _drafter(kind)
+  k = None if drafter is None else 3
+  engine = Engine(target, drafter=drafter, k=k, slots=3, rounds_per_step=2, max_model_len=64)
+  # two requests, two steps, then two more (one must wait for a slot), one cancelled mid-way, one arriving late
+  h = [engine.submit(Request(*REQUESTS[i], GREEDY)) for i in (0, 1)]
+  engine.step(), engine.step()
+  h += [engine.submit(Request(*REQUESTS[i], GREEDY)) for i in (2, 3)]
+  engine.step()
+  assert engine.num_running == 3 and engine.num_waiting == 1
+  partial = h[1].available()    # some tokens arrived and it is still running
+  assert partial and not partial[-1].finished
+  h[1].cancel()
+  engine.step()
+  h.append(engine.submit(Request(*REQUESTS[4], GREEDY)))
+  _run_until_finished(engine, h)
+
+  results = [handle.result(timeout=0) for handle in h]
+  for i, result in enumerate(results):
+    prompt, max_tokens = REQUESTS[i]
+    if i == 1:
+      assert result.finish_reason == "cancelled"
+      streamed = [t for u in partial for t in u.token_ids] + result.token_ids
+      assert 0 < len(streamed) < max_tokens and streamed == expected[i][:len(streamed)]
+      continue
+    assert result.token_ids == expected[i], f"request {i}"
+    assert result.finish_reason == "length" and result.stats.completion_tokens == max_tokens
+    stats = result.stats
+    assert stats.rounds >= 1 and stats.prompt_tokens == len(prompt)
+    # first token from prefill, then accepted + 1 per round (the last round cut at max_tokens)
+    assert stats.rounds + stats.accepted_tokens >= max_tokens - 1
+    if drafter is None:
+      assert stats.draft_tokens == 0 and stats.acceptance_rate is None and stats.mean_acceptance_length == 1.0
+    else:
+      assert stats.draft_tokens == 3 * stats.rounds
+      assert stats.acceptance_rate == pytest.approx(stats.accepted_tokens / stats.draft_tokens)
+      assert stats.mean_acceptance_length == pytest.approx(1 + stats.accepted_tokens / stats.rounds)
+  assert engine.free_slots() == 3 and engine.num_waiting == 0 and engine.num_running == 0
+  counters = engine.metrics.snapshot()
+  assert counters.finished == {"length": 4, "cancelled": 1}
+  assert counters.prompt_tokens == sum(len(p) for p, _ in REQUESTS)
+  if drafter is not None:
+    done = [result.stats for i, result in enumerate(results) if i != 1]
+    assert counters.num_drafts >= sum(s.rounds for s in done)
+    assert counters.num_draft_tokens == 3 * counters.num_drafts
+    assert counters.accepted_per_pos[0] >= counters.accepted_per_pos[1] >= counters.accepted_per_pos[2]
+    assert sum(counters.accepted_per_pos) == counters.num_accepted_tokens
+
+
+def test_sampling_groups_share_the_slots(target, expected):
+  """A greedy and a sampled request in flight together: each sampling group runs its own step program with the other
+  masked out and its rows restored, so the greedy one stays exact and the seeded sampled one draws the same tokens as
+  when it runs alone (its random numbers depend on its own rounds only)."""
+  drafter = drafters.DraftModel(specjax.init_model(DRAFT_CONFIG, seed=2))
+
+  def serve(requests):
+    engine = Engine(target, drafter=drafter, k=3, slots=2, rounds_per_step=3, max_model_len=64)
+    handles = [engine.submit(r) for r in requests]
+    _run_until_finished(engine, handles)
+    assert engine.free_slots() == 2
+    return [handle.result(timeout=0).token_ids for handle in handles]
+
+  sampled = Request(REQUESTS[1][0], 20, specjax.SamplingParams(temperature=1.5, top_k=8), seed=7)
+  together = serve([Request(*REQUESTS[0], GREEDY), sampled])
+  alone = serve([sampled])
+  assert together[0] == expected[0]
+  assert together[1] == alone[0] and len(alone[0]) == 20
+
+
+def test_a_tree_of_drafts_is_served_exactly(target, expected):
+  """A static token tree (one target call over its nodes per round) in the step program: greedy stays exact."""
+  drafter = drafters.DraftModel(specjax.init_model(DRAFT_CONFIG, seed=2))
+  tree = specjax.StaticTree(((0,), (1,), (0, 0), (0, 0, 0)), "top_k")
+  engine = Engine(target, drafter=drafter, tree=tree, slots=2, rounds_per_step=3, max_model_len=64)
+  handles = [engine.submit(Request(*REQUESTS[i], GREEDY)) for i in (0, 2)]
+  engine.step()
+  handles.append(engine.submit(Request(*REQUESTS[4], GREEDY)))   # waits for a slot
+  _run_until_finished(engine, handles)
+  for i, handle in zip((0, 2, 4), handles):
+    result = handle.result(timeout=0)
+    assert result.token_ids == expected[i]
+    assert result.stats.draft_tokens == 4 * result.stats.rounds
+  assert engine.free_slots() == 2
+
+
+def test_eos_ends_a_request_and_frees_its_slot(target, expected):
+  reference = expected[0]
+  eos = reference[5]
+  model = specjax.Model(target.config.replace(eos_token_ids=(eos,)), target.graphdef, target.params)
+  engine = Engine(model, drafter=drafters.PromptLookup(), k=3, slots=2, rounds_per_step=4, max_model_len=64)
+  stop = engine.submit(Request(*REQUESTS[0], GREEDY))
+  free = engine.submit(Request(*REQUESTS[0], GREEDY, stop_at_eos=False))
+  _run_until_finished(engine, [stop, free])
+  stopped, ignored = stop.result(timeout=0), free.result(timeout=0)
+  assert stopped.token_ids == reference[:reference.index(eos) + 1] and stopped.finish_reason == "stop"
+  assert ignored.token_ids == reference and ignored.finish_reason == "length"
+  assert engine.free_slots() == 2
+
+
+def test_bounds_and_bad_requests_are_named(target):
+  engine = Engine(target, slots=1, max_queue=1, max_model_len=40, max_sampling_settings=2)
+  with pytest.raises(ValueError, match="maximum context length is 40"):
+    engine.submit(Request([1] * 30, 11, GREEDY))
+  with pytest.raises(ValueError, match="outside the vocabulary"):
+    engine.submit(Request([1, 99], 4, GREEDY))
+  with pytest.raises(ValueError, match="empty"):
+    engine.submit(Request([], 4, GREEDY))
+  with pytest.raises(ValueError, match="max_tokens"):
+    Request([1], 0, GREEDY)
+  with engine.paused():
+    # one slot + one queue place, two sampling settings
+    waiting = [engine.submit(Request([1, 2], 4, sampling)) for sampling in (GREEDY, specjax.SamplingParams(0.5))]
+    with pytest.raises(ValueError, match="at most 2 sampling settings"):
+      engine.submit(Request([1, 2], 4, specjax.SamplingParams(0.7)))
+    with pytest.raises(QueueFull):
+      engine.submit(Request([1, 2], 4, GREEDY))
+    assert engine.metrics.snapshot().rejected_queue_full == 1
+  for handle in waiting:
+    handle.cancel()
+  engine.step()
+  assert all(h.result(timeout=0).finish_reason == "cancelled" for h in waiting)
+  assert engine.num_waiting == 0 and engine.free_slots() == 1
+  with pytest.raises(ValueError, match="adaptive"):
+    Engine(target, drafter=drafters.PromptLookup(), k="auto")
+
+
+def test_engine_thread_serves_and_stops(target, expected):
+  engine = Engine(target, drafter=drafters.PromptLookup(), k=3, slots=2, rounds_per_step=2, max_model_len=64).start()
+  try:
+    results = [engine.submit(Request(p, n, GREEDY)) for p, n in REQUESTS[:3]]
+    for i, handle in enumerate(results):
+      assert handle.result(timeout=120).token_ids == expected[i]
+    long = engine.submit(Request([1, 2], 60, GREEDY))
+  finally:
+    engine.stop()
+  assert not engine.alive
+  assert long.result(timeout=10).finish_reason in ("cancelled", "length")
+  assert engine.free_slots() == 2 and engine.num_waiting == 0
+
+
+def test_the_engine_imports_no_http_stack():
+  code = "import sys, specjax.serving; assert not {'starlette', 'uvicorn'} & set(sys.modules)"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert out.returncode == 0, out.stderr[-2000:]
