@@ -11,6 +11,8 @@ def get_config():
   config.served_model_name = ""        # the name clients send as `model` ("" = config.model)
   config.host = "127.0.0.1"            # loopback only; "0.0.0.0" to listen on every interface
   config.port = 8000
+  config.api_key = ""                  # if set, every endpoint but /health needs `Authorization: Bearer <key>`;
+                                       # "" = $SPECJAX_API_KEY if set (kept out of the process list), else none
   config.slots = 4                     # S: requests decoded together (rows of the persistent decode state)
   config.rounds_per_step = 4           # R: speculative rounds per host step (tokens stream after each step)
   config.max_queue = 64                # requests that may wait for a slot; beyond, 429

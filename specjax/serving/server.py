@@ -9,12 +9,18 @@ frees its slot; a request the engine cannot take gets a JSON error naming the pr
 429 when the queue is full, 503 while shutting down). On SIGTERM uvicorn stops accepting, lets in-flight requests
 finish within `shutdown_timeout_s` (then cancels them) and the app's shutdown stops the engine, which cancels the
 rest.
+
+The server listens on 127.0.0.1 unless configured otherwise. With an API key (`api_key`, or `SPECJAX_API_KEY` when
+that is empty) every endpoint but /health requires `Authorization: Bearer <key>` and answers 401 without it; the key
+is compared in constant time and never logged or echoed.
 """
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -22,6 +28,7 @@ import time
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
@@ -34,6 +41,11 @@ from specjax.serving.openai_protocol import ApiError
 from specjax.serving.request import QueueFull, RequestHandle
 
 log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"           # loopback: nothing off this machine reaches the server unless configured to
+DEFAULT_PORT = 8000
+API_KEY_ENV = "SPECJAX_API_KEY"       # the API key when the config's `api_key` is empty
+OPEN_PATHS = frozenset({"/health"})  # answered without the key (load balancers' and orchestrators' probes)
 
 # How an engine finish reason reads in a stream's last chunk ("abort" is vLLM's word for a request it dropped).
 _STREAM_REASONS = {"stop": "stop", "length": "length", "cancelled": "abort", "error": "error"}
@@ -113,10 +125,53 @@ def _error_response(error: ApiError) -> JSONResponse:
   return JSONResponse(error.body(), status_code=error.status)
 
 
-def create_app(engine: Engine, model_name: str, *, method: str = "", manage_engine: bool = True) -> Starlette:
+def resolve_api_key(configured: str = "") -> str:
+  """The key requests must present: `configured` (the config's `api_key`), else $SPECJAX_API_KEY, else "" (none)."""
+  return _checked_key(configured or os.environ.get(API_KEY_ENV, ""))
+
+
+def _checked_key(api_key: str) -> str:
+  if api_key and not all("!" <= c <= "~" for c in api_key):   # the message must not name the key
+    raise ValueError("the API key must be printable ASCII without spaces (it travels in an HTTP header)")
+  return api_key
+
+
+def listen_address(config) -> tuple[str, int]:
+  """(host, port) a serve config asks for; loopback and 8000 where it names none."""
+  return config.get("host", "") or DEFAULT_HOST, config.get("port", DEFAULT_PORT)
+
+
+class _RequireApiKey:
+  """ASGI middleware: an HTTP request to any path but OPEN_PATHS passes only with `Authorization: Bearer <key>`,
+  otherwise it gets a 401 in the API's error format (the key it sent, if any, is not echoed)."""
+
+  def __init__(self, app, api_key: str):
+    self.app = app
+    self._key = api_key.encode()
+
+  async def __call__(self, scope, receive, send):
+    if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+      await self.app(scope, receive, send)
+      return
+    sent = [value for name, value in scope["headers"] if name == b"authorization"]
+    scheme, _, token = sent[0].partition(b" ") if len(sent) == 1 else (b"", b"", b"")
+    if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key):
+      await self.app(scope, receive, send)
+      return
+    message = ("invalid API key" if scheme.lower() == b"bearer" else
+               "an API key is required: send the header 'Authorization: Bearer <key>'")
+    response = JSONResponse(ApiError(401, message, None, "authentication_error").body(), status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
+    await response(scope, receive, send)
+
+
+def create_app(engine: Engine, model_name: str, *, method: str = "", manage_engine: bool = True,
+               api_key: str = "") -> Starlette:
   """The app over `engine` serving `model_name` (the `model` a request must name, if it names one). method: the
   drafter's registry name ("" for autoregressive), reported in each response's `spec_decode`. manage_engine: the
-  app starts the engine's thread at startup (unless running) and stops it at shutdown."""
+  app starts the engine's thread at startup (unless running) and stops it at shutdown. api_key: if not "", every
+  endpoint but /health requires `Authorization: Bearer <api_key>` (401 otherwise); printable ASCII, no spaces."""
+  _checked_key(api_key)
   tokenizer = engine.target.tokenizer
   k = engine.max_k if engine.drafter is not None else 0
   created = int(time.time())
@@ -236,7 +291,8 @@ def create_app(engine: Engine, model_name: str, *, method: str = "", manage_engi
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"])]
-  return Starlette(routes=routes, lifespan=lifespan,
+  middleware = [Middleware(_RequireApiKey, api_key=api_key)] if api_key else []
+  return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                    exception_handlers={HTTPException: http_error, Exception: server_error})
 
 
@@ -255,8 +311,11 @@ def build_engine(config) -> tuple[Engine, str, str]:
 
 def run(config) -> None:
   """Builds the engine, compiles its programs for the configured warmup settings, then serves until SIGTERM /
-  SIGINT (uvicorn's graceful shutdown)."""
+  SIGINT (uvicorn's graceful shutdown). Listens on `listen_address(config)`; requires the key `resolve_api_key`
+  finds, if any."""
   from specjax.sampling import SamplingParams
+  host, port = listen_address(config)
+  api_key = resolve_api_key(config.get("api_key", ""))
   engine, name, method = build_engine(config)
   started = time.perf_counter()
   engine.warmup(samplings=tuple(SamplingParams(t) for t in config.warmup_temperatures),
@@ -264,9 +323,13 @@ def run(config) -> None:
   print(f"serving {name} ({engine.target.config.param_count() / 1e6:.1f}M parameters; "
         f"{method or 'autoregressive'}{f', k={engine.max_k}' if method else ''}; {engine.slots} slots, "
         f"{engine.rounds_per_step} rounds per step, max_model_len {engine.max_model_len}; warmup "
-        f"{time.perf_counter() - started:.1f} s) on http://{config.host}:{config.port}", flush=True)
-  app = create_app(engine, name, method=method)
-  server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
+        f"{time.perf_counter() - started:.1f} s) on http://{host}:{port}"
+        f"{' (API key required)' if api_key else ''}", flush=True)
+  if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
+    log.warning("listening on %s without an API key: anyone who reaches this port can use the server "
+                "(set --config.api_key or $%s)", host, API_KEY_ENV)
+  app = create_app(engine, name, method=method, api_key=api_key)
+  server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=config.log_level,
                                          timeout_graceful_shutdown=config.shutdown_timeout_s))
   if threading.current_thread() is threading.main_thread():
     # uvicorn shuts down gracefully on SIGTERM / SIGINT, then raises the signal again under the handlers it found:

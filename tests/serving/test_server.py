@@ -1,8 +1,10 @@
 """The OpenAI-compatible server on loopback (real uvicorn in a thread, a free port, stopped by the test): the `openai`
 package completes, streams and chats against it; greedy output equals offline `generate`; bad requests get a 4xx
 naming the problem and the server keeps serving; /metrics has vLLM's speculative counters; a full queue gets 429; a
-client that disconnects mid-stream frees its slot; scripts/serve.py stops cleanly on SIGTERM."""
+client that disconnects mid-stream frees its slot; with an API key every endpoint but /health answers 401 without it;
+the default bind address is loopback; scripts/serve.py (keyed from the environment) stops cleanly on SIGTERM."""
 
+import contextlib
 import json
 import os
 import signal
@@ -18,9 +20,10 @@ import pytest
 import uvicorn
 
 import specjax
+from configs import serve_smollm2, serve_tiny
 from specjax import drafters
 from specjax.serving import Engine, Request
-from specjax.serving.server import create_app
+from specjax.serving.server import create_app, listen_address, resolve_api_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAME = "tiny-chat"
@@ -40,24 +43,34 @@ def target(tiny_tokenizer):
   return specjax.init_model(config, seed=3).with_tokenizer(tiny_tokenizer)
 
 
-@pytest.fixture(scope="module")
-def server(target):
-  """(base url, engine): 2 slots, prompt lookup at K=3, one queue place."""
-  engine = Engine(target, drafter=drafters.PromptLookup(), k=3, slots=2, rounds_per_step=2, max_queue=1,
-                  max_model_len=200)
+@contextlib.contextmanager
+def _serving(app):
+  """Serves `app` with uvicorn in a thread on a free loopback port; yields its base url, stops it on exit."""
   port = _free_port()
-  uv = uvicorn.Server(uvicorn.Config(create_app(engine, NAME, method="prompt_lookup"), host="127.0.0.1", port=port,
-                                     log_level="warning", timeout_graceful_shutdown=5))
+  uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                     timeout_graceful_shutdown=5))
   thread = threading.Thread(target=uv.run, daemon=True)
   thread.start()
   deadline = time.time() + 60
   while not uv.started:
     assert time.time() < deadline and thread.is_alive(), "the server did not start"
     time.sleep(0.05)
-  yield f"http://127.0.0.1:{port}", engine
-  uv.should_exit = True
-  thread.join(30)
-  assert not thread.is_alive() and not engine.alive
+  try:
+    yield f"http://127.0.0.1:{port}"
+  finally:
+    uv.should_exit = True
+    thread.join(30)
+  assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def server(target):
+  """(base url, engine): 2 slots, prompt lookup at K=3, one queue place."""
+  engine = Engine(target, drafter=drafters.PromptLookup(), k=3, slots=2, rounds_per_step=2, max_queue=1,
+                  max_model_len=200)
+  with _serving(create_app(engine, NAME, method="prompt_lookup")) as url:
+    yield url, engine
+  assert not engine.alive
   assert engine.free_slots() == 2
 
 
@@ -205,12 +218,92 @@ def test_client_disconnect_cancels_the_request_and_frees_its_slot(server):
   assert engine.free_slots() == 2
 
 
+KEY = "sk-test-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def keyed(server):
+  """The base url of a second app over the module's (running) engine that requires KEY."""
+  with _serving(create_app(server[1], NAME, method="prompt_lookup", manage_engine=False, api_key=KEY)) as url:
+    yield url
+
+
+def test_with_a_key_every_endpoint_but_health_needs_it(keyed):
+  for method, path in [("GET", "/v1/models"), ("GET", "/metrics"), ("POST", "/v1/completions"),
+                       ("POST", "/v1/chat/completions"), ("GET", "/v1/nothing")]:
+    for headers in [{}, {"Authorization": "Bearer wrong-key"}, {"Authorization": f"Bearer {KEY}x"},
+                    {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}]:
+      reply = httpx.request(method, keyed + path, headers=headers, json={"prompt": "hello", "max_tokens": 2},
+                            timeout=10)
+      assert reply.status_code == 401, (method, path, headers, reply.text)
+      assert reply.headers["www-authenticate"] == "Bearer"
+      error = reply.json()["error"]
+      assert error["type"] == "authentication_error" and error["code"] == 401
+      assert "wrong-key" not in reply.text and KEY not in reply.text
+  assert httpx.get(keyed + "/health", timeout=10).status_code == 200
+
+  right = {"Authorization": f"Bearer {KEY}"}
+  assert httpx.get(keyed + "/v1/models", headers=right, timeout=10).status_code == 200
+  metrics = httpx.get(keyed + "/metrics", headers=right, timeout=10)
+  assert metrics.status_code == 200 and "vllm:spec_decode_num_drafts" in metrics.text
+  assert httpx.get(keyed + "/v1/nothing", headers=right, timeout=10).status_code == 404
+
+
+def test_the_openai_client_with_the_key_is_served_and_without_it_refused(keyed):
+  client = openai.OpenAI(base_url=keyed + "/v1", api_key=KEY, max_retries=0, timeout=120)
+  assert [m.id for m in client.models.list()] == [NAME]
+  done = client.completions.create(model=NAME, prompt="hello world", max_tokens=4, temperature=0)
+  assert done.usage.completion_tokens == 4
+  stream = list(client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=3, temperature=0, stream=True))
+  assert stream[-1].choices[0].finish_reason is not None
+  wrong = openai.OpenAI(base_url=keyed + "/v1", api_key="sk-wrong", max_retries=0, timeout=30)
+  with pytest.raises(openai.AuthenticationError) as refused:
+    wrong.completions.create(model=NAME, prompt="hello", max_tokens=2)
+  assert refused.value.status_code == 401 and "sk-wrong" not in str(refused.value)
+
+
+def test_without_a_key_nothing_needs_one(server, client):
+  url = server[0]
+  for path in ["/v1/models", "/metrics", "/health"]:
+    assert httpx.get(url + path, timeout=10).status_code == 200
+  reply = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2, "temperature": 0}, timeout=60)
+  assert reply.status_code == 200
+
+
+def test_the_key_comes_from_the_config_or_the_environment(monkeypatch, server):
+  monkeypatch.delenv("SPECJAX_API_KEY", raising=False)
+  assert resolve_api_key("") == ""
+  assert resolve_api_key("from-config") == "from-config"
+  monkeypatch.setenv("SPECJAX_API_KEY", "from-env")
+  assert resolve_api_key("") == "from-env" and resolve_api_key("from-config") == "from-config"
+  for bad in ["has space", "tab\tkey", "ключ", " lead"]:
+    with pytest.raises(ValueError) as error:
+      resolve_api_key(bad)
+    assert bad not in str(error.value)
+    with pytest.raises(ValueError):
+      create_app(server[1], NAME, manage_engine=False, api_key=bad)
+
+
+def test_the_default_bind_address_is_loopback():
+  for config in (serve_smollm2.get_config(), serve_tiny.get_config()):
+    assert config.host == "127.0.0.1" and config.api_key == ""
+    assert listen_address(config) == ("127.0.0.1", 8000)
+  bare = serve_smollm2.get_config()
+  del bare["host"], bare["port"]
+  assert listen_address(bare) == ("127.0.0.1", 8000)
+  bare.host = ""
+  assert listen_address(bare)[0] == "127.0.0.1"
+
+
 def test_serve_script_answers_and_stops_on_sigterm():
+  """Keyed from the environment: 401 without the key, served with it, the key in none of its output."""
   port = _free_port()
   process = subprocess.Popen([sys.executable, "scripts/serve.py", "--config=configs/serve_tiny.py",
                               f"--config.port={port}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+                             text=True, env=dict(os.environ, JAX_PLATFORMS="cpu", SPECJAX_API_KEY=KEY))
   url = f"http://127.0.0.1:{port}"
+  auth = {"Authorization": f"Bearer {KEY}"}
   try:
     deadline = time.time() + 120
     while True:
@@ -221,11 +314,12 @@ def test_serve_script_answers_and_stops_on_sigterm():
           break
       except httpx.TransportError:
         time.sleep(0.2)
-    reply = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": [1, 2, 3, 1, 2], "max_tokens": 5,
-                                                      "temperature": 0}, timeout=60)
+    body = {"model": "tiny", "prompt": [1, 2, 3, 1, 2], "max_tokens": 5, "temperature": 0}
+    assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 401
+    reply = httpx.post(url + "/v1/completions", json=body, headers=auth, timeout=60)
     assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 5
     # a stream in flight at SIGTERM ends with [DONE] (finished within the grace period, or aborted)
-    with httpx.stream("POST", url + "/v1/completions", timeout=60,
+    with httpx.stream("POST", url + "/v1/completions", timeout=60, headers=auth,
                       json={"prompt": [1, 2, 3], "max_tokens": 240, "temperature": 0, "stream": True}) as stream:
       lines = stream.iter_lines()
       next(line for line in lines if line.startswith("data: "))
@@ -239,4 +333,6 @@ def test_serve_script_answers_and_stops_on_sigterm():
       process.kill()
       process.communicate()
   assert process.returncode == 0, err[-2000:]
-  assert "serving tiny" in out and "shut down: 2 requests served" in out
+  assert "serving tiny" in out and "on http://127.0.0.1:" in out and "(API key required)" in out
+  assert "shut down: 2 requests served" in out
+  assert KEY not in out and KEY not in err
