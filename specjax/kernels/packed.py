@@ -49,6 +49,14 @@ def pack(w_KxN: jax.Array) -> jax.Array:
   return padded.reshape(k, tiles, TILE).transpose(1, 0, 2)
 
 
+def pack_rows(table_NxK: jax.Array) -> jax.Array:
+  """The tiles of table.T (a tied embedding [N, K] as the head) in one transpose, without a transposed copy."""
+  n, k = table_NxK.shape
+  tiles = -(-n // TILE)
+  padded = jnp.pad(table_NxK, ((0, tiles * TILE - n), (0, 0)))
+  return padded.reshape(tiles, TILE, k).transpose(0, 2, 1)
+
+
 def plain(w):
   """The array a weight stands for: a PackedKernel's original, anything else itself."""
   return w.kernel if isinstance(w, PackedKernel) else w
@@ -95,7 +103,7 @@ def _is_packable(path, value, tied: bool) -> bool:
 
 
 _pack = jax.jit(pack)
-_pack_transposed = jax.jit(lambda table_NxK: pack(table_NxK.T))
+_pack_rows = jax.jit(pack_rows)
 
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -113,7 +121,7 @@ def packed_params(model) -> nnx.State:
       w = var[...]
       if _is_packable(path, w, tied):
         table = str(path[-1]) == "embed"
-        tiles = _pack_transposed(w) if table else _pack(w)
+        tiles = _pack_rows(w) if table else _pack(w)
         var = var.replace(PackedKernel(kernel=w, tiles=tiles, transposed=table))
       leaves.append((path, var))
     _CACHE[model] = nnx.from_flat_state(leaves)

@@ -25,6 +25,7 @@ def test_tiles_hold_48_columns_row_after_row_with_a_zero_padded_last_tile():
   np.testing.assert_array_equal(tiles[1], w[:, 48:96])
   np.testing.assert_array_equal(tiles[2, :, :4], w[:, 96:])
   assert not tiles[2, :, 4:].any()
+  np.testing.assert_array_equal(np.asarray(packed.pack_rows(jnp.asarray(w.T))), tiles)  # a table's tiles: of its .T
 
 
 @needs_kernel
