@@ -24,12 +24,13 @@ setup(
         "tqdm",
         "matplotlib",
         "starlette",
+        "httpx",
         "uvicorn",
     ],
     extras_require={
         # torch is pinned to the CPU build that ships on this project's machines; never a CUDA download.
         "test": ["pytest", "scipy", "torch==2.13.0", "transformers", "accelerate", "nbclient", "nbformat", "ipykernel",
-                 "openai", "httpx"],
+                 "openai"],
         # libtpu matching the installed jax: runs on TPU VMs and compiles for TPU topologies on any host (AOT).
         "tpu": ["jax[tpu]"],
     },
