@@ -187,11 +187,6 @@ def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k
       first_token_s=first_token_s,
       tree_nodes=0 if tree is None else tree.n_nodes,
       verified_per_accepted=_or_zero(verified_per_accepted(accepted_N, verified_N)),
-      acceptance_by_rank=([_or_zero(p) for p in acceptance_by_rank(*tree_log, tree_width(tree))]
+      acceptance_by_rank=([_or_zero(p) for p in acceptance_by_rank(*tree_log, tree.width)]
                           if tree is not None and tree_log is not None else []),
   )
-
-
-def tree_width(tree) -> int:
-  """The most children a node of the tree can have: a dynamic tree's top_k, a static tree's highest rank + 1."""
-  return getattr(tree, "top_k", None) or 1 + max(tree.ranks)

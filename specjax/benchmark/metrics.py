@@ -112,7 +112,7 @@ def _by_rank(records, tree) -> list | None:
   if tree is None or not logs:
     return None
   return stats.acceptance_by_rank(np.concatenate([a.reshape(-1) for a, _ in logs]),
-                                  np.concatenate([c.reshape(-1) for _, c in logs]), stats.tree_width(tree))
+                                  np.concatenate([c.reshape(-1) for _, c in logs]), tree.width)
 
 
 def summarize_phases(rounds) -> dict:

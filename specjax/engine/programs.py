@@ -61,18 +61,25 @@ def decode_program(target_params, drafter_params, state: DecodeState, prompt_len
       if policy_inputs is None:
         raise ValueError("an adaptive DecodeSpec needs policy_inputs (PolicyInputs with the measured round costs)")
       state = state.replace(policy=init_policy_state(spec.k, policy_inputs.round_cost_N))
-      body = functools.partial(adaptive_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
-                               inputs=policy_inputs, policy=spec.k, sampling=spec.sampling, eos_ids=spec.eos_ids)
     elif spec.tree is not None:
       log_RxBxD1 = (state.accepted_RxB.shape[0], state.accepted_RxB.shape[1], spec.tree.max_depth + 1)
       state = state.replace(tree_rank_RxBxD1=jnp.full(log_RxBxD1, -1, jnp.int32),
                             tree_children_RxBxD1=jnp.zeros(log_RxBxD1, jnp.int32))
-      body = functools.partial(tree_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
-                               tree=spec.tree, sampling=spec.sampling, eos_ids=spec.eos_ids)
-    else:
-      body = functools.partial(speculative_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
-                               k=spec.k, sampling=spec.sampling, eos_ids=spec.eos_ids)
+    body = round_body(target, spec, drafter_params, max_new_B, policy_inputs)
     return jax.lax.while_loop(unfinished, lambda state: body(state=state), state)
+
+
+def round_body(target, spec: DecodeSpec, drafter_params, max_new_B, policy_inputs: PolicyInputs | None = None):
+  """The round of `spec` as a function of the state: the adaptive round (with `policy_inputs`), a token tree's
+  round, or a chain of K drafts (K = 0: an autoregressive step)."""
+  if spec.adaptive:
+    return functools.partial(adaptive_round, target, spec.drafter, drafter_params, max_new_B=max_new_B,
+                             inputs=policy_inputs, policy=spec.k, sampling=spec.sampling, eos_ids=spec.eos_ids)
+  if spec.tree is not None:
+    return functools.partial(tree_round, target, spec.drafter, drafter_params, max_new_B=max_new_B, tree=spec.tree,
+                             sampling=spec.sampling, eos_ids=spec.eos_ids)
+  return functools.partial(speculative_round, target, spec.drafter, drafter_params, max_new_B=max_new_B, k=spec.k,
+                           sampling=spec.sampling, eos_ids=spec.eos_ids)
 
 
 def score_call(target_params, tokens_BxT, positions_BxT, cache, parent_BxN=None, *, spec: TargetSpec):

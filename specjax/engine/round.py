@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from specjax.cache import init_cache
 from specjax.drafters.base import TargetFeatures
-from specjax.engine.state import DecodeState, budget_spent, is_eos, round_keys
+from specjax.engine.state import DecodeState, budget_spent, empty_round_log, is_eos, round_keys
 from specjax.rejection import accept
 from specjax.sampling import distribution, sample
 from specjax.trees.layout import compact_path, tree_layout
@@ -79,10 +79,7 @@ def prefill(target, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *, spec, ma
       cache=cache.with_lengths(prompt_len_B),
       draft_state=(),
       row_keys_B=row_keys_B,
-      round=jnp.int32(0),
-      accepted_RxB=jnp.full((max_rounds, batch), -1, jnp.int32),
-      emitted_RxB=jnp.zeros((max_rounds, batch), jnp.int32),
-      k_R=jnp.zeros((max_rounds,), jnp.int32),
+      **empty_round_log(max_rounds, batch),
       prompt_features=features if features is not None else (),
   )
 

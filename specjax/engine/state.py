@@ -28,6 +28,12 @@ class DecodeState:
   tree_children_RxBxD1: Any = ()  # ... and the context's children (0: not reached); `trees.ranks.path_ranks`
 
 
+def empty_round_log(rounds: int, batch: int) -> dict:
+  """The round log of a state that has run no round yet: `round`, `accepted_RxB`, `emitted_RxB` and `k_R`."""
+  return {"round": jnp.int32(0), "accepted_RxB": jnp.full((rounds, batch), -1, jnp.int32),
+          "emitted_RxB": jnp.zeros((rounds, batch), jnp.int32), "k_R": jnp.zeros((rounds,), jnp.int32)}
+
+
 def row_keys(seed_key: jax.Array, batch: int) -> jax.Array:
   """One independent key per row: a batch of N copies of a prompt gives N independent samples."""
   return jax.vmap(lambda i: jax.random.fold_in(seed_key, i))(jnp.arange(batch))

@@ -16,9 +16,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from specjax.engine.programs import traced
-from specjax.engine.round import init_drafter, prefill, speculative_round, tree_round
-from specjax.engine.state import DecodeState, unfinished
+from specjax.engine.programs import round_body as engine_round_body, traced
+from specjax.engine.round import init_drafter, prefill
+from specjax.engine.state import DecodeState, empty_round_log, unfinished
 from specjax.spec import DecodeSpec
 
 # The DecodeState fields that belong to one request's row (the rest is the step's round log).
@@ -70,8 +70,7 @@ def stack_rows(row: dict, slots: int, axes: tuple) -> dict:
 def empty_log(rows: dict, rounds: int) -> DecodeState:
   """A DecodeState of these row fields with an empty round log of `rounds` rounds."""
   slots = rows["seq_len_B"].shape[0]
-  return DecodeState(**rows, round=jnp.int32(0), accepted_RxB=jnp.full((rounds, slots), -1, jnp.int32),
-                     emitted_RxB=jnp.zeros((rounds, slots), jnp.int32), k_R=jnp.zeros((rounds,), jnp.int32))
+  return DecodeState(**rows, **empty_round_log(rounds, slots))
 
 
 @functools.partial(jax.jit, static_argnames=("axes",), donate_argnames=("slots",))
@@ -85,15 +84,11 @@ def insert_program(slots: DecodeState, row: dict, slot, *, axes: tuple) -> Decod
 
 
 def round_body(target, spec: DecodeSpec, drafter_params, max_new_B):
-  """The engine's round for this spec (a chain of K drafts, K = 0 autoregressive, or a token tree), as a function
-  of the state: what `engine.decode_program` loops over."""
+  """The engine's round for this spec (`engine.programs.round_body`: a chain of K drafts, K = 0 autoregressive, or
+  a token tree); the adaptive policy is not served."""
   if spec.adaptive:
     raise ValueError("the serving engine runs a fixed K (the adaptive policy is not yet load-aware)")
-  if spec.tree is not None:
-    return functools.partial(tree_round, target, spec.drafter, drafter_params, max_new_B=max_new_B, tree=spec.tree,
-                             sampling=spec.sampling, eos_ids=spec.eos_ids)
-  return functools.partial(speculative_round, target, spec.drafter, drafter_params, max_new_B=max_new_B, k=spec.k,
-                           sampling=spec.sampling, eos_ids=spec.eos_ids)
+  return engine_round_body(target, spec, drafter_params, max_new_B)
 
 
 def _select_rows(active_S, new, old, axes):
@@ -120,9 +115,7 @@ def step_program(target_params, drafter_params, slots: DecodeState, active_S, ma
   (`round`, `accepted_RxB`, `emitted_RxB`, `k_R`) covers this step only; each row's key moves on, so the next step
   draws fresh random numbers (rounds use fold_in(key, 1..rounds), the next key is fold_in(key, rounds + 1))."""
   batch = active_S.shape[0]
-  start = slots.replace(done_B=slots.done_B | ~active_S, round=jnp.int32(0),
-                        accepted_RxB=jnp.full((rounds, batch), -1, jnp.int32),
-                        emitted_RxB=jnp.zeros((rounds, batch), jnp.int32), k_R=jnp.zeros((rounds,), jnp.int32))
+  start = slots.replace(done_B=slots.done_B | ~active_S, **empty_round_log(rounds, batch))
   with traced(spec, target_params) as target:
     body = round_body(target, spec, drafter_params, max_new_S)
     out = jax.lax.while_loop(unfinished, lambda state: body(state=state), start)

@@ -45,6 +45,11 @@ class DynamicTree:
     return min(self.depth, self.nodes)
 
   @property
+  def width(self) -> int:
+    """The most children a node can have: top_k."""
+    return self.top_k
+
+  @property
   def proposals(self) -> int:
     """Candidate nodes the growth proposes: top_k children of the root, then top_k of each expanded node."""
     return self.top_k + (self.depth - 1) * self.top_k**2

@@ -78,7 +78,7 @@ def _grow_static(tree, expand, state, root_logits_BxV, root_payload, root_slot_B
                                                 jnp.int32), (batch, max(len(expanded), 1)))
   logits, q, payload = {0: root_logits_BxV}, {0: distribution(root_logits_BxV, sampling)}, {0: root_payload}
   ranked, tokens = {}, [None] * n
-  width = 1 + max(ranks)
+  width = tree.width
   for depth in range(1, tree.max_depth + 1):
     level = [node for node in range(n) if depths[node] == depth]
     for node in level:

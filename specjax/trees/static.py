@@ -67,6 +67,11 @@ class StaticTree:
     return tuple(path[-1] for path in self.paths)
 
   @property
+  def width(self) -> int:
+    """The most children a node has (its highest rank + 1)."""
+    return 1 + max(self.ranks)
+
+  @property
   def depths(self) -> tuple[int, ...]:
     return tuple(len(path) for path in self.paths)
 
