@@ -71,6 +71,8 @@ class PolicyState:
   measured: jax.Array         # whether a round has tested drafts yet (before: alpha is the prior)
   ar_streak: jax.Array        # autoregressive rounds since the last speculative one
   interval: jax.Array         # autoregressive rounds before the next probe
+  rounds: jax.Array           # rounds run under this policy (its first one starts small); the serving engine keeps
+                              # one PolicyState across its steps, each of which restarts the state's round count
 
 
 @flax.struct.dataclass
@@ -90,7 +92,7 @@ class PolicyInputs:
 def init_policy_state(policy: SpeculationPolicy, round_cost_N=None) -> PolicyState:
   """The state before the first round; with round_cost_N, the first probe waits until its cost fits the budget."""
   return PolicyState(alpha=jnp.float32(policy.prior_alpha), measured=jnp.bool_(False), ar_streak=jnp.int32(0),
-                     interval=first_probe_interval(policy, round_cost_N))
+                     interval=first_probe_interval(policy, round_cost_N), rounds=jnp.int32(0))
 
 
 def first_probe_interval(policy: SpeculationPolicy, round_cost_N=None) -> jax.Array:
@@ -109,7 +111,8 @@ def expected_tokens(alpha, k):
 
 def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, inputs: PolicyInputs, round_index,
                   tokens_left=None) -> jax.Array:
-  """Index into `policy.branch_ks` for this round. tokens_left: the most new tokens an active row may still
+  """Index into `policy.branch_ks` for this round; round_index: the rounds run under the policy so far (the first
+  one starts small). tokens_left: the most new tokens an active row may still
   produce; a probe is skipped when its cost (cost(K_min) - 1 steps) exceeds probe_budget of that rest too, since a
   late probe that finds matches has too few tokens left to pay itself back."""
   round_cost_N = inputs.round_cost_N
@@ -140,4 +143,5 @@ def update_policy_state(policy: SpeculationPolicy, pstate: PolicyState, branch, 
   interval = jnp.where(speculative & (observed >= 0.5), first_probe_interval(policy, round_cost_N), interval)
   ar_streak = jnp.where(branch == 0, pstate.ar_streak + 1, 0)
   return pstate.replace(alpha=alpha.astype(jnp.float32), measured=pstate.measured | speculative,
-                        ar_streak=ar_streak.astype(jnp.int32), interval=interval.astype(jnp.int32))
+                        ar_streak=ar_streak.astype(jnp.int32), interval=interval.astype(jnp.int32),
+                        rounds=pstate.rounds + 1)

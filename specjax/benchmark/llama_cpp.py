@@ -19,12 +19,12 @@ _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _COUNTS = {name: re.compile(rf"{name}\s*=\s*(\d+)") for name in ("n_drafted", "n_accept")}
 
 
-def check_dir(directory: str) -> str:
+def check_dir(directory: str, binaries=BINARIES, needed_by: str = "config.peers='llama_cpp'") -> str:
   """The binaries' directory, or a ValueError naming what is missing and how to build it."""
   directory = os.path.expanduser(directory or "")
-  missing = [b for b in BINARIES if not os.access(os.path.join(directory, b), os.X_OK)]
+  missing = [b for b in binaries if not os.access(os.path.join(directory, b), os.X_OK)]
   if not directory or missing:
-    raise ValueError(f"config.peers='llama_cpp' needs config.llama_cpp_dir with {', '.join(BINARIES)} "
+    raise ValueError(f"{needed_by} needs config.llama_cpp_dir with {', '.join(binaries)} "
                      f"(missing in {directory!r}: {', '.join(missing)}); build them with "
                      f"bash scripts/build_llama_cpp.sh")
   return directory

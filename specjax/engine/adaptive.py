@@ -20,7 +20,7 @@ def adaptive_round(target, drafter, drafter_params, state: DecodeState, max_new_
   (`Drafter.worth_verifying`), unless a branch is forced (calibration)."""
   def choice(state):
     tokens_left = jnp.max(jnp.where(state.done_B, 0, max_new_B - state.n_new_B))
-    return choose_branch(policy, state.policy, inputs, state.round, tokens_left)
+    return choose_branch(policy, state.policy, inputs, state.policy.rounds, tokens_left)
 
   def wants_autoregressive(state):
     return unfinished(state) & ((choice(state) == 0) | ~some_row_worth_verifying(state))

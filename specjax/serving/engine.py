@@ -2,10 +2,12 @@
 
 A request waits in a bounded queue until a slot is free; it is then prefilled alone (its own compiled program per
 prompt bucket, `programs.admit_program`), its first token is delivered, and its row is inserted into the slot of a
-persistent S-row DecodeState. Each host step runs one compiled program that advances every active slot by up to R
-speculative rounds of the engine's own round (`programs.step_program`: ragged acceptance per row, as `generate`), reads
-the new tokens back, hands them to each request's stream, frees finished slots (EOS, max_tokens, cancellation) and
-fills free slots from the queue.
+persistent DecodeState, which holds the row bucket (1, 2, 4, ..., S rows) the active requests need, so a step
+computes what is served, not S rows. Each host step runs one compiled program that advances every active slot by up
+to R speculative rounds of the engine's own round (`programs.step_program`: ragged acceptance per row, as
+`generate`), reads the new tokens back, hands them to each request's stream, frees finished slots (EOS, max_tokens,
+cancellation) and fills free slots from the queue. K = 'auto' runs the adaptive policy on the round costs measured at
+the current row bucket: speculation turns down or off as the batch fills.
 
 Sampling: `SamplingParams` is a compile-time constant of the engine's programs, so requests are grouped by their
 setting (and by whether EOS stops them); a step runs one program call per group present, the other groups' rows
@@ -42,27 +44,29 @@ GREEDY = SamplingParams(temperature=0.0)
 
 
 class Engine:
-  """Serves requests on S slots with one drafter at a fixed K (or autoregressively without a drafter).
+  """Serves requests on S slots with one drafter at a fixed K, a token tree, or K = 'auto' (the adaptive policy at
+  the round costs of the rows being served: load-aware), or autoregressively without a drafter.
 
   slots: S, the rows of the persistent decode state; rounds_per_step: R, the most rounds per host step (a smaller R
   streams more often, a larger one pays fewer host round trips); max_queue: requests that may wait for a slot
   (`submit` raises QueueFull beyond); max_model_len: the longest prompt + completion a request may ask for (default:
-  what the target and drafter hold, less K); tree: a StaticTree / DynamicTree of drafts instead of a chain."""
+  what the target and drafter hold, less K); tree: a StaticTree / DynamicTree of drafts instead of a chain;
+  shrink_after: steps the active requests must fit a smaller row bucket (nobody waiting) before the state shrinks;
+  round_costs: {row bucket: round cost per branch of the policy} for K = 'auto', instead of measuring them."""
 
   def __init__(self, target: Model, *, drafter=None, k=None, tree=None, slots: int = 4, rounds_per_step: int = 4,
-               max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8):
+               max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8,
+               shrink_after: int = 4, round_costs: dict | None = None):
     if not isinstance(target, Model):
       raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
     check_drafter(target, drafter)
     k = check_k(k, drafter) if tree is None else check_tree(tree, drafter, k)
-    if isinstance(k, SpeculationPolicy):
-      raise ValueError("the serving engine runs a fixed K; the adaptive policy (k='auto') is not supported yet")
     for name, value, low in (("slots", slots, 1), ("rounds_per_step", rounds_per_step, 1), ("max_queue", max_queue, 0),
-                             ("max_sampling_settings", max_sampling_settings, 1)):
+                             ("max_sampling_settings", max_sampling_settings, 1), ("shrink_after", shrink_after, 1)):
       if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     self.target, self.drafter, self.k, self.tree = target, drafter, k, tree
-    self.max_k = k if tree is None else tree.slots
+    self.max_k = k.max_k if isinstance(k, SpeculationPolicy) else k if tree is None else tree.slots
     limit = min([target.config.max_seq_len] + ([drafter.max_seq_len] if drafter is not None and drafter.max_seq_len
                                                else [])) - self.max_k
     self.max_model_len = limit if max_model_len is None else int(max_model_len)
@@ -79,8 +83,11 @@ class Engine:
     self._waiting: collections.deque[RequestHandle] = collections.deque()
     self._cancels: set[RequestHandle] = set()
     self._specs: dict[tuple, DecodeSpec] = {}
+    if round_costs is not None and not isinstance(k, SpeculationPolicy):
+      raise ValueError("round_costs are the adaptive policy's (k='auto'); this engine runs a fixed K")
     self._slots = Slots(target, drafter.params() if drafter is not None else (), slots=slots, rounds=rounds_per_step,
-                        size=self.size, seed=seed, drafted_k=drafted_k, metrics=self.metrics, lock=self._cond)
+                        size=self.size, seed=seed, drafted_k=drafted_k, metrics=self.metrics, lock=self._cond,
+                        shrink_after=shrink_after, round_costs=round_costs)
     self._thread: threading.Thread | None = None
     self._stopping = threading.Event()
     self._paused = False
@@ -167,8 +174,13 @@ class Engine:
       self._cond.notify_all()
     if self._thread is not None and self._thread is not threading.current_thread():
       self._thread.join(timeout)
-    with self._step_lock:
+    if not self._step_lock.acquire(timeout=timeout):   # a step that hangs must not hang the shutdown too
+      log.error("the engine's step did not end within %.0f s; its requests were not cancelled", timeout)
+      return
+    try:
       self._finish_all("cancelled")
+    finally:
+      self._step_lock.release()
 
   def pause(self) -> None:
     """Holds admissions and steps until `resume` (requests still queue; cancellations still free slots)."""
@@ -188,15 +200,25 @@ class Engine:
     finally:
       self.resume()
 
-  def warmup(self, samplings=(GREEDY,), prompt_lengths=(1,)) -> None:
+  def warmup(self, samplings=(GREEDY,), prompt_lengths=(1,), all_buckets: bool = True) -> None:
     """Compiles the programs of these sampling settings and prompt lengths' buckets with throwaway requests (the
-    engine stepped here: call before `start`), then zeroes the metrics."""
+    engine stepped here: call before `start`), with all_buckets the step programs at every row bucket too (and the
+    adaptive policy's round costs there), then zeroes the metrics."""
     for sampling in samplings:
       for length in prompt_lengths:
-        handle = self.submit(Request((0,) * length, max_tokens=min(2, self.max_model_len - length), sampling=sampling))
+        request = Request((0,) * length, max_tokens=min(2, self.max_model_len - length), sampling=sampling)
+        handle = self.submit(request)
         while not handle.finished:
           self.step()
+      if all_buckets:
+        with self._step_lock:
+          self._slots.prepare(self._specs[request.group])
     self.metrics.reset()
+
+  @property
+  def round_costs(self) -> dict[int, list[float]]:
+    """The adaptive policy's measured round cost per branch at each row bucket ({} for a fixed K)."""
+    return self._slots.costs.table()
 
   # ---- the engine's thread -------------------------------------------------------------------------------------
 
@@ -212,7 +234,10 @@ class Engine:
         with self._cond:
           specs = dict(self._specs)
         worked |= self._slots.advance(specs)
-      self.metrics.set(running=self.num_running, waiting=self.num_waiting)
+        with self._cond:
+          waiting = bool(self._waiting)
+        self._slots.shrink(waiting)
+      self.metrics.set(running=self.num_running, waiting=self.num_waiting, state_rows=self._slots.capacity)
       return worked
 
   def _loop(self) -> None:

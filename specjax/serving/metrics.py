@@ -24,6 +24,9 @@ class Counters:
   finished: dict = None          # finish reason -> requests
   rejected_queue_full: int = 0
   steps: int = 0
+  row_rounds: int = 0            # rounds of active rows, speculative or not
+  state_resizes: int = 0         # times the persistent state moved to another row bucket
+  state_rows: int = 0            # rows the persistent state holds now (the row bucket a step computes)
   running: int = 0
   waiting: int = 0
 
@@ -49,6 +52,7 @@ class EngineMetrics:
     drafted = k_N > 0
     with self._lock:
       c = self._counters
+      c.row_rounds += int(k_N.size)
       c.num_drafts += int(drafted.sum())
       c.num_draft_tokens += int(k_N.sum())
       c.num_accepted_tokens += int(accepted_N[drafted].sum())
@@ -102,6 +106,12 @@ def prometheus_text(counters: Counters, model_name: str) -> str:
          [("", counters.rejected_queue_full)])
   metric("specjax:engine_steps", "counter", "Host steps of the engine (compiled step program calls).",
          [("", counters.steps)])
+  metric("specjax:row_rounds", "counter", "Rounds of active rows (spec_decode_num_drafts counts the speculative "
+         "ones; the adaptive policy turns speculation off as the load grows).", [("", counters.row_rounds)])
+  metric("specjax:state_resizes", "counter", "Moves of the decode state to another row bucket.",
+         [("", counters.state_resizes)])
+  metric("specjax:state_rows", "gauge", "Rows the decode state holds (what each step computes).",
+         [("", counters.state_rows)])
   metric("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.", [("", counters.num_drafts)])
   metric("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.", [("", counters.num_draft_tokens)])
   metric("vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.",

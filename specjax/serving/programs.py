@@ -1,13 +1,16 @@
-"""The serving engine's three compiled programs, composed from `specjax.engine`'s phases (no second round, sampling or
+"""The serving engine's compiled programs, composed from `specjax.engine`'s phases (no second round, sampling or
 rejection lives here):
 
 - `admit_program`: one request's prefill and its drafter's prefill (batch 1, one compilation per prompt bucket and
   decode spec), giving the request's row of a DecodeState;
-- `insert_program`: that row written into one slot of the persistent S-row DecodeState (buffers donated);
-- `step_program`: every active slot advanced by up to R rounds of the engine's round, in one bounded
-  `lax.while_loop` (it stops after R rounds or when every active row is done), so tokens can stream.
+- `insert_program`: that row written into one row of the persistent DecodeState (buffers donated);
+- `resize_program`: the persistent state's rows gathered into a state of another size (a row bucket, `row_buckets`),
+  so a step computes only as many rows as the active requests need;
+- `step_program`: every active row advanced by up to R rounds of the engine's round (fixed K, a token tree, or the
+  adaptive policy at the round costs of this row bucket), in one bounded `lax.while_loop` (it stops after R rounds
+  or when every active row is done), so tokens can stream.
 
-Inactive slots (free, or of another sampling group) are marked done for the step, so they emit nothing; with
+Inactive rows (free, or of another sampling group) are marked done for the step, so they emit nothing; with
 `isolate` their whole row is restored afterwards, because a drafter may update its state of a done row.
 """
 
@@ -16,9 +19,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from specjax.engine.programs import round_body as engine_round_body, traced
+from specjax.engine.programs import round_body, traced
 from specjax.engine.round import init_drafter, prefill
 from specjax.engine.state import DecodeState, empty_round_log, unfinished
+from specjax.policy import PolicyInputs, init_policy_state
 from specjax.spec import DecodeSpec
 
 # The DecodeState fields that belong to one request's row (the rest is the step's round log).
@@ -60,17 +64,48 @@ def row_axes(target_params, drafter_params, size: int, key, *, spec: DecodeSpec)
   return tuple(axes)
 
 
-def stack_rows(row: dict, slots: int, axes: tuple) -> dict:
-  """`slots` copies of one row along each leaf's batch axis: the persistent state's first value."""
-  leaves, treedef = jax.tree.flatten(row)
-  return jax.tree.unflatten(treedef, [leaf if axis is None else jnp.concatenate([leaf] * slots, axis=axis)
-                                      for leaf, axis in zip(leaves, axes)])
+def row_buckets(slots: int) -> tuple[int, ...]:
+  """The row counts the persistent state takes: powers of two below `slots`, and `slots`."""
+  return tuple(b for b in (1 << i for i in range(slots.bit_length())) if b < slots) + (slots,)
 
 
-def empty_log(rows: dict, rounds: int) -> DecodeState:
-  """A DecodeState of these row fields with an empty round log of `rounds` rounds."""
-  slots = rows["seq_len_B"].shape[0]
-  return DecodeState(**rows, **empty_round_log(rounds, slots))
+def bucket_for(rows: int, buckets: tuple[int, ...]) -> int:
+  """The smallest bucket that holds `rows` rows."""
+  return next(b for b in buckets if b >= rows)
+
+
+def _key_safe(fn, leaf, *others):
+  """fn on the leaves' data (PRNG key arrays through their raw key data, which jnp.take / where accept)."""
+  if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    impl = jax.random.key_impl(leaf)
+    return jax.random.wrap_key_data(fn(jax.random.key_data(leaf), *map(jax.random.key_data, others)), impl=impl)
+  return fn(leaf, *others)
+
+
+@functools.partial(jax.jit, static_argnames=("axes",))
+def resize_rows(rows: dict, blank: dict, index_N, *, axes: tuple) -> dict:
+  """Row fields of N rows: row i is rows' row index_N[i], or the blank (batch-1) row where index_N[i] < 0."""
+  def gather(leaf, blank_leaf, axis):
+    if axis is None:
+      return leaf
+    count = leaf.shape[axis]
+    source = jnp.concatenate([leaf, blank_leaf], axis=axis)
+    return jnp.take(source, jnp.where(index_N < 0, count, index_N), axis=axis)
+
+  leaves, treedef = jax.tree.flatten(rows)
+  return jax.tree.unflatten(treedef, [leaf if axis is None else _key_safe(functools.partial(gather, axis=axis), leaf, b)
+                                      for leaf, b, axis in zip(leaves, jax.tree.leaves(blank), axes)])
+
+
+def new_state(rows: dict, rounds: int, policy=()) -> DecodeState:
+  """A DecodeState of these row fields with an empty round log of `rounds` rounds, and the adaptive policy's state
+  (it outlives the state's resizes; () for a fixed K)."""
+  return DecodeState(**rows, **empty_round_log(rounds, rows["seq_len_B"].shape[0]), policy=policy)
+
+
+def new_policy(spec: DecodeSpec):
+  """The policy state a fresh persistent state starts with: () unless `spec` is adaptive."""
+  return init_policy_state(spec.k) if spec.adaptive else ()
 
 
 @functools.partial(jax.jit, static_argnames=("axes",), donate_argnames=("slots",))
@@ -83,41 +118,30 @@ def insert_program(slots: DecodeState, row: dict, slot, *, axes: tuple) -> Decod
   return slots.replace(**jax.tree.unflatten(treedef, new_leaves))
 
 
-def round_body(target, spec: DecodeSpec, drafter_params, max_new_B):
-  """The engine's round for this spec (`engine.programs.round_body`: a chain of K drafts, K = 0 autoregressive, or
-  a token tree); the adaptive policy is not served."""
-  if spec.adaptive:
-    raise ValueError("the serving engine runs a fixed K (the adaptive policy is not yet load-aware)")
-  return engine_round_body(target, spec, drafter_params, max_new_B)
-
-
 def _select_rows(active_S, new, old, axes):
   """Row by row: `new` where active_S, else `old` (leaves along their batch axes)."""
+  def select(a, b, axis):
+    return jnp.where(active_S.reshape((1,) * axis + (-1,) + (1,) * (a.ndim - axis - 1)), a, b)
+
   new_leaves, treedef = jax.tree.flatten(new)
-  out = []
-  for a, b, axis in zip(new_leaves, jax.tree.leaves(old), axes):
-    if axis is None:
-      out.append(a)
-      continue
-    mask = active_S.reshape((1,) * axis + (-1,) + (1,) * (a.ndim - axis - 1))
-    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
-      data = jnp.where(mask.reshape(mask.shape + (1,)), jax.random.key_data(a), jax.random.key_data(b))
-      out.append(jax.random.wrap_key_data(data, impl=jax.random.key_impl(a)))
-    else:
-      out.append(jnp.where(mask, a, b))
-  return jax.tree.unflatten(treedef, out)
+  return jax.tree.unflatten(treedef, [a if axis is None else _key_safe(functools.partial(select, axis=axis), a, b)
+                                      for a, b, axis in zip(new_leaves, jax.tree.leaves(old), axes)])
 
 
 @functools.partial(jax.jit, static_argnames=("spec", "rounds", "isolate", "axes"), donate_argnames=("slots",))
-def step_program(target_params, drafter_params, slots: DecodeState, active_S, max_new_S, *, spec: DecodeSpec,
-                 rounds: int, isolate: bool, axes: tuple) -> DecodeState:
-  """Up to `rounds` rounds of every active slot (active_S; budgets max_new_S). The returned state's round log
+def step_program(target_params, drafter_params, slots: DecodeState, active_S, max_new_S,
+                 policy_inputs: PolicyInputs | None = None, *, spec: DecodeSpec, rounds: int, isolate: bool,
+                 axes: tuple) -> DecodeState:
+  """Up to `rounds` rounds of every active row (active_S; budgets max_new_S). The returned state's round log
   (`round`, `accepted_RxB`, `emitted_RxB`, `k_R`) covers this step only; each row's key moves on, so the next step
-  draws fresh random numbers (rounds use fold_in(key, 1..rounds), the next key is fold_in(key, rounds + 1))."""
+  draws fresh random numbers (rounds use fold_in(key, 1..rounds), the next key is fold_in(key, rounds + 1)). An
+  adaptive spec needs `policy_inputs`: the round costs at this state's row count; its PolicyState carries over."""
+  if spec.adaptive and policy_inputs is None:
+    raise ValueError("an adaptive spec's step needs policy_inputs (the round costs at this row bucket)")
   batch = active_S.shape[0]
   start = slots.replace(done_B=slots.done_B | ~active_S, **empty_round_log(rounds, batch))
   with traced(spec, target_params) as target:
-    body = round_body(target, spec, drafter_params, max_new_S)
+    body = round_body(target, spec, drafter_params, max_new_S, policy_inputs)
     out = jax.lax.while_loop(unfinished, lambda state: body(state=state), start)
   row_keys_B = jax.vmap(lambda key: jax.random.fold_in(key, rounds + 1))(out.row_keys_B)
   out = out.replace(done_B=jnp.where(active_S, out.done_B, slots.done_B), row_keys_B=row_keys_B)

@@ -302,7 +302,8 @@ def build_engine(config) -> tuple[Engine, str, str]:
   target = model_from_source(config.model, config.get("dtype", ""))
   method = config.drafter or ""
   drafter = drafter_from_config(method, target, config.get("draft_model", "")) if method else None
-  engine = Engine(target, drafter=drafter, k=config.k if drafter is not None else None, slots=config.slots,
+  k = ("auto" if config.get("adaptive", False) else config.k) if drafter is not None else None
+  engine = Engine(target, drafter=drafter, k=k, slots=config.slots,
                   rounds_per_step=config.rounds_per_step, max_queue=config.max_queue,
                   max_model_len=config.max_model_len or None, seed=config.get("seed", 0),
                   max_sampling_settings=config.get("max_sampling_settings", 8))
@@ -319,9 +320,13 @@ def run(config) -> None:
   engine, name, method = build_engine(config)
   started = time.perf_counter()
   engine.warmup(samplings=tuple(SamplingParams(t) for t in config.warmup_temperatures),
-                prompt_lengths=tuple(config.warmup_prompt_lengths))
+                prompt_lengths=tuple(config.warmup_prompt_lengths), all_buckets=config.get("warmup_all_buckets", True))
+  if engine.round_costs:
+    print(f"adaptive policy: round cost per K in {engine.k.branch_ks} (autoregressive step = 1) by rows served: "
+          f"{engine.round_costs}", flush=True)
+  k = ("k=auto" if config.get("adaptive") else f"k={engine.max_k}") if method else ""
   print(f"serving {name} ({engine.target.config.param_count() / 1e6:.1f}M parameters; "
-        f"{method or 'autoregressive'}{f', k={engine.max_k}' if method else ''}; {engine.slots} slots, "
+        f"{method or 'autoregressive'}{', ' + k if k else ''}; {engine.slots} slots, "
         f"{engine.rounds_per_step} rounds per step, max_model_len {engine.max_model_len}; warmup "
         f"{time.perf_counter() - started:.1f} s) on http://{host}:{port}"
         f"{' (API key required)' if api_key else ''}", flush=True)

@@ -1,8 +1,9 @@
-"""`Slots`: the engine's S decode slots. On the device, the persistent S-row DecodeState; on the host, which request
-holds each slot, how far its tokens were delivered and its record of rounds. It admits a request into a slot
-(prefill alone, first token delivered, row inserted), advances the active slots by one step per sampling group, hands
-each request its new tokens and frees the slots of finished ones. Only the engine's thread calls it; the table
-changes under the engine's lock, which other threads take to count free slots."""
+"""`Slots`: the engine's S decode slots. On the device, the persistent DecodeState (as many rows as a bucket of the
+active requests needs); on the host, which request holds each slot, how far its tokens were delivered and its
+record of rounds. It admits a request into a slot (prefill alone, first token delivered, row inserted), advances the
+active slots by one step per sampling group, hands each request its new tokens and frees the slots of finished ones.
+Only the engine's thread calls it; the table changes under the engine's lock, which other threads take to count free
+slots."""
 
 import dataclasses
 import logging
@@ -15,7 +16,8 @@ import numpy as np
 from specjax.engine.programs import params_for
 from specjax.engine.state import row_keys
 from specjax.host import prompt_bucket
-from specjax.serving import programs
+from specjax.policy import PolicyInputs
+from specjax.serving import calibration, programs
 from specjax.serving.metrics import EngineMetrics
 from specjax.serving.request import Request, RequestHandle, RequestStats, Update
 from specjax.spec import DecodeSpec
@@ -46,17 +48,30 @@ class Running:
 
 class Slots:
   """S slots of `size` cache positions; steps of up to `rounds` rounds. `drafted_k`: the draft positions the
-  statistics keep (0 without a drafter)."""
+  statistics keep (0 without a drafter).
+
+  The device state holds `capacity` rows, a row bucket (`programs.row_buckets`): slot i is row i, requests take the
+  lowest free slot, the state grows to the next bucket when a request needs a row beyond it, and once the active
+  requests fit a smaller bucket for `shrink_after` idle-queue steps they are moved to the lowest rows and the state
+  shrinks. A step's cost follows the requests being served, not S."""
 
   def __init__(self, target, drafter_params, *, slots: int, rounds: int, size: int, seed: int, drafted_k: int,
-               metrics: EngineMetrics, lock: threading.Condition):
+               metrics: EngineMetrics, lock: threading.Condition, shrink_after: int = 4, round_costs=None):
     self.target, self.drafter_params = target, drafter_params
     self.slots, self.rounds, self.size, self.seed, self.drafted_k = slots, rounds, size, seed, drafted_k
-    self.metrics, self.lock = metrics, lock
+    self.metrics, self.lock, self.shrink_after = metrics, lock, shrink_after
+    self.buckets = programs.row_buckets(slots)
     self.table: list[Running | None] = [None] * slots
     self.max_new_S = np.zeros((slots,), np.int32)
-    self.state = None            # the S-row DecodeState, built at the first admission
+    self.costs = calibration.BucketCosts(round_costs)
+    self.state = None            # the persistent DecodeState of `capacity` rows, built at the first admission
+    self.blank = None            # a done one-token row: what new rows start as
     self.axes = None
+    self._shrink_streak = 0
+
+  @property
+  def capacity(self) -> int:
+    return 0 if self.state is None else int(self.state.seq_len_B.shape[0])
 
   def free(self) -> list[int]:
     """Free slots (call under the lock)."""
@@ -65,27 +80,91 @@ class Slots:
   def slot_of(self, handle: RequestHandle) -> int | None:
     return next((s for s, r in enumerate(self.table) if r is not None and r.handle is handle), None)
 
-  def _ensure_state(self, spec: DecodeSpec) -> None:
-    """The S-row state, built from a throwaway one-token row in every slot (all done)."""
-    if self.state is not None:
+  def _ensure_blank(self, spec: DecodeSpec) -> None:
+    """The blank row (a throwaway one-token admission, done) and every row leaf's batch axis."""
+    if self.blank is not None:
       return
     key = jax.random.key(0)
-    self.axes = programs.row_axes(params_for(self.target, spec), self.drafter_params, self.size, key, spec=spec)
-    tokens_1xL = np.zeros((1, self.size), np.int32)
     params = params_for(self.target, spec)
-    row = programs.admit_program(params, self.drafter_params, tokens_1xL, np.ones((1,), np.int32),
-                                 np.ones((1,), np.int32), row_keys(key, 1), spec=spec)
-    self.state = programs.empty_log(programs.stack_rows(row, self.slots, self.axes), self.rounds)
+    self.axes = programs.row_axes(params, self.drafter_params, self.size, key, spec=spec)
+    tokens_1xL = np.zeros((1, self.size), np.int32)
+    self.blank = programs.admit_program(params, self.drafter_params, tokens_1xL, np.ones((1,), np.int32),
+                                        np.ones((1,), np.int32), row_keys(key, 1), spec=spec)
+
+  def blank_state(self, rows: int, spec: DecodeSpec):
+    """A state of `rows` blank rows (calibration and compilation run on it)."""
+    self._ensure_blank(spec)
+    return programs.new_state(self._resized(self.blank, [-1] * rows), self.rounds, programs.new_policy(spec))
+
+  def _resized(self, rows: dict, index: list[int]) -> dict:
+    return programs.resize_rows(rows, self.blank, np.asarray(index, np.int32), axes=self.axes)
+
+  def _resize(self, index: list[int], spec: DecodeSpec | None) -> None:
+    """The state becomes len(index) rows: row i is the old row index[i] (blank where -1)."""
+    if self.state is None:
+      self.state = self.blank_state(len(index), spec)
+      return
+    rows = {name: getattr(self.state, name) for name in programs.ROW_FIELDS}
+    policy = self.state.policy
+    self.state = None   # the old rows go as soon as the new ones exist
+    self.state = programs.new_state(self._resized(rows, index), self.rounds, policy)
+    self.metrics.add(state_resizes=1)
+
+  def _grow_to_hold(self, slot: int, spec: DecodeSpec) -> None:
+    if slot < self.capacity:
+      return
+    bucket = programs.bucket_for(slot + 1, self.buckets)
+    self._resize(list(range(self.capacity)) + [-1] * (bucket - self.capacity), spec)
+
+  def shrink(self, waiting: bool) -> bool:
+    """After a step: once the active requests have fit a smaller bucket for `shrink_after` steps with nobody
+    waiting, moves them to the lowest rows and shrinks the state. Returns whether it did."""
+    active = [s for s, r in enumerate(self.table) if r is not None]
+    bucket = programs.bucket_for(max(len(active), 1), self.buckets)
+    if self.state is None or waiting or bucket >= self.capacity:
+      self._shrink_streak = 0
+      return False
+    self._shrink_streak += 1
+    if self._shrink_streak < self.shrink_after:
+      return False
+    self._shrink_streak = 0
+    with self.lock:
+      moved = [self.table[s] for s in active]
+      budgets = self.max_new_S[active].copy()
+      self.table = moved + [None] * (self.slots - len(moved))
+      self.max_new_S[:] = 0
+      self.max_new_S[:len(moved)] = budgets
+    self._resize(active + [-1] * (bucket - len(active)), None)
+    return True
 
   def reset(self) -> None:
     """Forgets the device state (after a failed program: its donated buffers may be gone)."""
     self.state = None
 
+  def prepare(self, spec: DecodeSpec) -> None:
+    """Compiles `spec`'s step program at every row bucket (and, for the adaptive policy, measures its round costs
+    there), so no request waits for a compilation later."""
+    for bucket in self.buckets:
+      state = self.blank_state(bucket, spec)
+      inputs = self.policy_inputs(spec, bucket)
+      active_S = np.zeros((bucket,), bool)
+      jax.block_until_ready(programs.step_program(
+          params_for(self.target, spec), self.drafter_params, state, active_S, np.zeros((bucket,), np.int32), inputs,
+          spec=spec, rounds=self.rounds, isolate=False, axes=self.axes).round)
+
+  def policy_inputs(self, spec: DecodeSpec, bucket: int):
+    """An adaptive spec's PolicyInputs at this row bucket (its round costs measured at the first need); else None."""
+    if not spec.adaptive:
+      return None
+    costs = self.costs.get(spec, bucket, lambda: calibration.measure(self, spec, bucket))
+    return PolicyInputs.measured(costs)
+
   def admit(self, handle: RequestHandle, slot: int, spec: DecodeSpec) -> None:
     """Prefills `handle`'s request alone, delivers its first token and puts its row into `slot`."""
     request, now = handle.request, time.perf_counter()
     n = len(request.prompt_ids)
-    self._ensure_state(spec)
+    self._ensure_blank(spec)
+    self._grow_to_hold(slot, spec)
     spec = spec.replace(prompt_bucket=min(prompt_bucket(n), self.size))
     tokens_1xL = np.zeros((1, self.size), np.int32)
     tokens_1xL[0, :n] = request.prompt_ids
@@ -115,13 +194,15 @@ class Slots:
       for slot, running in enumerate(self.table):
         if running is not None:
           groups.setdefault(running.handle.request.group, []).append(slot)
+    capacity = self.capacity
     for group, rows in groups.items():
-      active_S = np.zeros((self.slots,), bool)
+      active_S = np.zeros((capacity,), bool)
       active_S[rows] = True
-      params = params_for(self.target, specs[group])
+      spec = specs[group]
+      params = params_for(self.target, spec)
       self.state = programs.step_program(params, self.drafter_params, self.state, active_S,
-                                         self.max_new_S.copy(), spec=specs[group], rounds=self.rounds,
-                                         isolate=len(groups) > 1, axes=self.axes)
+                                         self.max_new_S[:capacity].copy(), self.policy_inputs(spec, capacity),
+                                         spec=spec, rounds=self.rounds, isolate=len(groups) > 1, axes=self.axes)
       s = self.state
       tokens_SxL, seq_len_S, done_S, accepted_RxS, k_R, rounds = jax.device_get(
           (s.tokens_BxS, s.seq_len_B, s.done_B, s.accepted_RxB, s.k_R, s.round))

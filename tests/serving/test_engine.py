@@ -174,8 +174,61 @@ def test_bounds_and_bad_requests_are_named(target):
   engine.step()
   assert all(h.result(timeout=0).finish_reason == "cancelled" for h in waiting)
   assert engine.num_waiting == 0 and engine.free_slots() == 1
-  with pytest.raises(ValueError, match="adaptive"):
-    Engine(target, drafter=drafters.PromptLookup(), k="auto")
+  with pytest.raises(ValueError, match="round_costs are the adaptive policy's"):
+    Engine(target, drafter=drafters.PromptLookup(), k=2, round_costs={1: (1.0, 1.1)})
+  with pytest.raises(ValueError, match="shrink_after"):
+    Engine(target, shrink_after=0)
+  engine = Engine(target, drafter=drafters.PromptLookup(), k="auto", slots=1, round_costs={1: (1.0, 1.1)})
+  with pytest.raises(ValueError, match=r"round costs at 1 rows must be 4 positive numbers"):
+    engine.warmup()
+
+
+def test_rows_follow_the_load(target, expected):
+  """The state grows to the row bucket the requests need and, once they fit a smaller one, moves the survivors to
+  the lowest rows and shrinks: the moved request (and its draft model's cache) still gives offline's tokens."""
+  engine = Engine(target, drafter=_drafter("draft_model"), k=2, slots=4, rounds_per_step=2, max_model_len=64,
+                  shrink_after=2)
+  short = [engine.submit(Request(REQUESTS[i][0], 4, GREEDY)) for i in (0, 1)]
+  engine.step()
+  assert engine.metrics.snapshot().state_rows == 2
+  long = engine.submit(Request(*REQUESTS[2], GREEDY))       # the third slot: the state grows to 4 rows
+  engine.step()
+  assert engine.metrics.snapshot().state_rows == 4 and engine._slots.slot_of(long) == 2
+  _run_until_finished(engine, short)
+  for _ in range(3):
+    engine.step()
+  assert engine.metrics.snapshot().state_rows == 1 and engine._slots.slot_of(long) == 0
+  _run_until_finished(engine, [long])
+  assert long.result(timeout=0).token_ids == expected[2]
+  assert [h.result(timeout=0).token_ids for h in short] == [expected[i][:4] for i in (0, 1)]
+  assert engine.metrics.snapshot().state_resizes == 3 and engine.free_slots() == 4   # 1 -> 2 -> 4 -> 1 rows
+
+
+def test_the_adaptive_policy_is_served_exactly_and_sees_the_load(target, expected):
+  """K = 'auto' on the served rows' round costs: drafting where a round costs what a step does (1 row here), off
+  where verification is dear (2 rows), and greedy tokens exact either way."""
+  costs = {1: (1.0, 1.0, 1.0, 1.0), 2: (1.0, 6.0, 7.0, 9.0)}
+  engine = Engine(target, drafter=drafters.DraftModel(target), k="auto", slots=2, rounds_per_step=3,
+                  max_model_len=64, round_costs=costs)     # the target as its own draft: every draft accepted
+  alone = engine.submit(Request(*REQUESTS[0], GREEDY))
+  _run_until_finished(engine, [alone])
+  pair = [engine.submit(Request(REQUESTS[i][0], 9, GREEDY)) for i in (1, 3)]   # both active until the end
+  _run_until_finished(engine, pair)
+  alone, pair = alone.result(timeout=0), [h.result(timeout=0) for h in pair]
+  assert alone.token_ids == expected[0] and [r.token_ids for r in pair] == [expected[1][:9], expected[3]]
+  assert alone.stats.draft_tokens >= 3 * alone.stats.rounds - 2   # K=3 after the first round (K=1): it pays
+  assert [r.stats.draft_tokens for r in pair] == [0, 0]
+  assert engine.round_costs == {1: [1.0] * 4, 2: [1.0, 6.0, 7.0, 9.0]}
+
+
+def test_the_adaptive_policy_measures_each_buckets_costs(target):
+  engine = Engine(target, drafter=drafters.PromptLookup(max_ngram=3), k="auto", slots=2, rounds_per_step=2,
+                  max_model_len=64)
+  engine.warmup()
+  costs = engine.round_costs
+  assert sorted(costs) == [1, 2]
+  for branch_costs in costs.values():
+    assert len(branch_costs) == 4 and branch_costs[0] == 1.0 and all(0 < c < 50 for c in branch_costs)
 
 
 def test_engine_thread_serves_and_stops(target, expected):

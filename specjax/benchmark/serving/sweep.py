@@ -1,0 +1,133 @@
+"""The serving sweep (scripts/bench_serve_sweep.py): for each system in turn, its server started on a free loopback
+port, warmed up (one untimed pass over the prompts), loaded by the benchmark runner at each cell (concurrency or
+request rate), then stopped before the next. A system that fails (no binaries, a server that does not come up or
+dies, an unknown setting) is recorded with its error and the sweep goes on. results.json is rewritten after every
+cell, so a crash loses nothing measured; report.md and the plots after every system."""
+
+import datetime
+import math
+import os
+import platform
+import time
+import traceback
+
+from specjax.benchmark.serving import runner, servers, sweep_config, sweep_report
+from specjax.benchmark.serving.runner import BenchConfig
+
+PERCENTILES = (50, 90, 99)
+
+
+def machine() -> dict:
+  """Where the sweep ran (no jax here: the servers own the accelerator, the sweep process only sends HTTP)."""
+  return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+          "cpu_count": os.cpu_count(), "python": platform.python_version()}
+
+
+def jsonable(value):
+  """JSON without infinities (written "inf", as vLLM does) and with tuples as lists."""
+  if isinstance(value, dict):
+    return {str(k): jsonable(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [jsonable(v) for v in value]
+  if isinstance(value, float) and math.isinf(value):
+    return "inf"
+  return value
+
+
+def write_results(results: dict, output_dir: str) -> str:
+  """results.json, replaced whole (a reader never sees half a file)."""
+  path = os.path.join(output_dir, "results.json")
+  runner.save(jsonable(results), path + ".partial")
+  os.replace(path + ".partial", path)
+  return path
+
+
+def bench_config(s: dict, base_url: str, label: str, cell: dict | None = None) -> BenchConfig:
+  """The runner's settings for a cell, or (cell None) for the untimed warmup: each prompt once, a few tokens, every
+  slot busy, the cells' other request settings (ignore_eos may pick a different compiled program)."""
+  common = dict(base_url=base_url, endpoint=s["endpoint"], label=label, seed=s["seed"], categories=s["categories"],
+                prompts_per_category=s["prompts_per_category"], temperature=s["temperature"],
+                token_id_vocab=s["token_id_vocab"], max_prompt_tokens=s["max_prompt_tokens"],
+                timeout_s=s["timeout_s"], max_duration_s=s["max_cell_s"], metric_percentiles=PERCENTILES)
+  if cell is None:
+    return BenchConfig(**common, num_prompts=0, max_concurrency=sweep_config.slots(s),
+                       output_len=s["warmup_output_len"], ignore_eos=s["ignore_eos"])
+  return BenchConfig(**common, num_prompts=cell["num_prompts"], max_concurrency=cell["concurrency"] or 0,
+                     request_rate=cell["request_rate"], goodput=s["slos"], output_len=s["output_len"],
+                     ignore_eos=s["ignore_eos"])
+
+
+def command(s: dict, name: str, port: int) -> list[str]:
+  """The system's server command line (a llama-server system checks its binaries and writes its target first)."""
+  if name in s["specjax"]:
+    return servers.specjax_command(s["serve_config"], {"slots": sweep_config.slots(s), **s["specjax"][name]}, port)
+  files = servers.llama_files(s["llama_cpp_dir"], s["serve"]["model"], s["output_dir"])
+  ctx = s["llama_ctx_per_slot"] or s["serve"].get("max_model_len") or 2048
+  return servers.llama_server_command(files, s["llama_server"][name], port, sweep_config.slots(s), ctx,
+                                      s["llama_cpp_threads"])
+
+
+def _cells_of(s: dict, name: str, base_url: str, process, results: dict, save, log) -> None:
+  for cell in sweep_config.cells(s):
+    where = (f"concurrency {cell['concurrency']}" if cell["concurrency"] else f"{cell['request_rate']} req/s")
+    log(f"[{name}] {where}: {cell['num_prompts']} requests")
+    record = {"system": name, **cell, "error": None, "result": None}
+    try:
+      record["result"] = runner.run(bench_config(s, base_url, name, cell), log=lambda *_: None)
+      r = record["result"]
+      log(f"[{name}] {where}: {r['completed']} done, {r['failed']} failed, {r['output_throughput']:.1f} tok/s, "
+          f"median TTFT {r['median_ttft_ms']:.0f} ms, median TPOT {r['median_tpot_ms']:.1f} ms")
+    except Exception as error:   # the runner records request failures itself; this is anything else
+      record["error"] = f"{type(error).__name__}: {error}"
+      log(f"[{name}] {where} failed: {record['error']}")
+    results["cells"].append(record)
+    save()
+    if process.poll() is not None:
+      raise RuntimeError(f"the server exited with code {process.returncode} during the {where} cell")
+
+
+def run_system(s: dict, name: str, results: dict, save, log=print) -> None:
+  """One system: start, warm up, every cell, stop; its failure goes into results['systems'][name]['error']."""
+  info = results["systems"][name] = {
+      "kind": "specjax" if name in s["specjax"] else "llama-server", "speculative": sweep_config.speculates(s, name),
+      "baselines": sweep_config.baselines(s, name), "command": None,
+      "log": os.path.join(s["output_dir"], "logs", f"{name}.log"), "startup_s": None, "warmup": None, "error": None}
+  try:
+    port = servers.free_port()
+    info["command"] = command(s, name, port)
+    log(f"[{name}] starting: {' '.join(info['command'])}")
+    with servers.serving(info["command"], port, info["log"], s["startup_timeout_s"], s["stop_timeout_s"]) as (
+        process, base_url, ready_s):
+      info["startup_s"] = ready_s
+      log(f"[{name}] up in {ready_s:.0f} s at {base_url}")
+      if s["warmup_output_len"]:
+        start = time.perf_counter()
+        warm = runner.run(bench_config(s, base_url, name), log=lambda *_: None)
+        info["warmup"] = {"completed": warm["completed"], "failed": warm["failed"],
+                          "seconds": time.perf_counter() - start, "errors": sorted({e for e in warm["errors"] if e})}
+        log(f"[{name}] warmed up: {warm['completed']} requests in {info['warmup']['seconds']:.0f} s")
+      save()
+      _cells_of(s, name, base_url, process, results, save, log)
+  except Exception as error:
+    info["error"] = f"{type(error).__name__}: {error}"
+    if not isinstance(error, (RuntimeError, ValueError, OSError)):
+      info["traceback"] = traceback.format_exc()
+    log(f"[{name}] failed: {info['error']}")
+  save()
+
+
+def run_sweep(config, log=print) -> dict:
+  """Every system of the config, one after another; returns the results written to output_dir."""
+  s = sweep_config.validate(config)
+  os.makedirs(s["output_dir"], exist_ok=True)
+  results = {"config": {k: v for k, v in s.items() if k != "slos"}, "machine": machine(),
+             "date": datetime.datetime.now().isoformat(timespec="seconds"), "systems": {}, "cells": []}
+
+  def save():
+    write_results(results, s["output_dir"])
+
+  save()
+  for name in s["systems"]:
+    run_system(s, name, results, save, log)
+    sweep_report.write_outputs(jsonable(results), s["output_dir"])
+  return jsonable(results)

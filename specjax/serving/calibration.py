@@ -1,0 +1,65 @@
+"""The adaptive policy's round costs at each row bucket of the serving engine: what makes it load-aware. A round at
+K drafts costs more relative to an autoregressive step as the batch fills (verification stops riding on the weight
+reads), so the same acceptance can pay at 1 row and not at 16 (SmartSpec, TurboSpec). Each bucket's costs are timed
+on the engine's own step program over blank rows, every branch forced in turn (same program: no recompilation)."""
+
+import time
+
+import jax
+import numpy as np
+
+from specjax.engine.programs import params_for
+from specjax.policy import PolicyInputs
+from specjax.serving import programs
+from specjax.spec import DecodeSpec
+
+REPEATS = 3
+
+
+class BucketCosts:
+  """Round costs per (spec, row bucket), measured once; `known` ({bucket: costs per branch}) is taken as measured
+  for every spec."""
+
+  def __init__(self, known: dict | None = None):
+    self._known = {int(b): np.asarray(c, np.float32) for b, c in (known or {}).items()}
+    self._costs: dict[tuple, np.ndarray] = {}
+
+  def get(self, spec: DecodeSpec, bucket: int, measure) -> np.ndarray:
+    key = (spec, bucket)
+    if key not in self._costs:
+      costs = self._known[bucket] if bucket in self._known else np.asarray(measure(), np.float32)
+      if costs.shape != (len(spec.k.branch_ks),) or not np.all(costs > 0):
+        raise ValueError(f"round costs at {bucket} rows must be {len(spec.k.branch_ks)} positive numbers (one per "
+                         f"K in {spec.k.branch_ks}), got {costs.tolist()}")
+      self._costs[key] = costs
+    return self._costs[key]
+
+  def table(self) -> dict[int, list[float]]:
+    """{bucket: costs per branch} of what was measured (the last spec's, if several)."""
+    return {bucket: [round(float(c), 3) for c in costs] for (_, bucket), costs in self._costs.items()}
+
+
+def measure(slots, spec: DecodeSpec, bucket: int, repeats: int = REPEATS) -> np.ndarray:
+  """Each branch's round time over the autoregressive one (branch 0 = 1.0), at `bucket` active rows: the fastest of
+  `repeats` steps of `slots.rounds` rounds, every row active with a budget no round reaches."""
+  branch_ks = spec.k.branch_ks
+  params = params_for(slots.target, spec)
+  active_S = np.ones((bucket,), bool)
+  budget_S = np.full((bucket,), slots.rounds * (max(branch_ks) + 1) + 1, np.int32)
+
+  def step_seconds(branch: int) -> float:
+    state = slots.blank_state(bucket, spec)
+    state = state.replace(done_B=np.zeros((bucket,), bool), n_new_B=np.zeros((bucket,), np.int32))
+    inputs = PolicyInputs.measured(np.ones((len(branch_ks),), np.float32), forced_branch=branch)
+    start = time.perf_counter()
+    out = programs.step_program(params, slots.drafter_params, state, active_S, budget_S, inputs, spec=spec,
+                                rounds=slots.rounds, isolate=False, axes=slots.axes)
+    rounds = int(jax.device_get(out.round))
+    seconds = time.perf_counter() - start
+    if rounds != slots.rounds:
+      raise RuntimeError(f"calibration ran {rounds} of {slots.rounds} rounds at branch {branch}")
+    return seconds
+
+  step_seconds(0)   # compiles
+  times = [min(step_seconds(branch) for _ in range(repeats)) for branch in range(len(branch_ks))]
+  return np.asarray(times) / times[0]
