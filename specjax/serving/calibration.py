@@ -1,7 +1,7 @@
 """The adaptive policy's round costs at each row bucket of the serving engine: what makes it load-aware. A round at
 K drafts costs more relative to an autoregressive step as the batch fills (verification stops riding on the weight
 reads), so the same acceptance can pay at 1 row and not at 16 (SmartSpec, TurboSpec). Each bucket's costs are timed
-on the engine's own step program over blank rows, every branch forced in turn (same program: no recompilation)."""
+on the engine's own step programs over blank rows, one per K (what the steps then run)."""
 
 import time
 
@@ -9,7 +9,6 @@ import jax
 import numpy as np
 
 from specjax.engine.programs import params_for
-from specjax.policy import PolicyInputs
 from specjax.serving import programs
 from specjax.spec import DecodeSpec
 
@@ -40,26 +39,34 @@ class BucketCosts:
 
 
 def measure(slots, spec: DecodeSpec, bucket: int, repeats: int = REPEATS) -> np.ndarray:
-  """Each branch's round time over the autoregressive one (branch 0 = 1.0), at `bucket` active rows: the fastest of
-  `repeats` steps of `slots.rounds` rounds, every row active with a budget no round reaches."""
+  """Each K's round time over the autoregressive one (K = 0 -> 1.0) at `bucket` active rows."""
+  ms = step_ms(slots, spec, bucket, repeats)
+  return ms / ms[0]
+
+
+def step_ms(slots, spec: DecodeSpec, bucket: int, repeats: int = REPEATS) -> np.ndarray:
+  """Milliseconds per round at each K of the policy, at `bucket` active rows: the fastest of `repeats` steps of
+  `slots.rounds` rounds of that K's step program, every row active with a budget no round reaches."""
   branch_ks = spec.k.branch_ks
   params = params_for(slots.target, spec)
   active_S = np.ones((bucket,), bool)
   budget_S = np.full((bucket,), slots.rounds * (max(branch_ks) + 1) + 1, np.int32)
 
-  def step_seconds(branch: int) -> float:
+  def step_seconds(k: int) -> float:
     state = slots.blank_state(bucket, spec)
-    state = state.replace(done_B=np.zeros((bucket,), bool), n_new_B=np.zeros((bucket,), np.int32))
-    inputs = PolicyInputs.measured(np.ones((len(branch_ks),), np.float32), forced_branch=branch)
-    start = time.perf_counter()
-    out = programs.step_program(params, slots.drafter_params, state, active_S, budget_S, inputs, spec=spec,
-                                rounds=slots.rounds, isolate=False, axes=slots.axes)
+    state = jax.block_until_ready(state.replace(done_B=np.zeros((bucket,), bool), n_new_B=np.zeros((bucket,),
+                                                                                                   np.int32)))
+    start = time.perf_counter()   # after the blank rows exist: their allocation is no part of a step
+    out = programs.step_program(params, slots.drafter_params, state, active_S, budget_S, spec=spec,
+                                rounds=slots.rounds, isolate=False, axes=slots.axes, k=k)
     rounds = int(jax.device_get(out.round))
     seconds = time.perf_counter() - start
     if rounds != slots.rounds:
-      raise RuntimeError(f"calibration ran {rounds} of {slots.rounds} rounds at branch {branch}")
+      raise RuntimeError(f"calibration ran {rounds} of {slots.rounds} rounds at K={k}")
     return seconds
 
-  step_seconds(0)   # compiles
-  times = [min(step_seconds(branch) for _ in range(repeats)) for branch in range(len(branch_ks))]
-  return np.asarray(times) / times[0]
+  times = []
+  for k in branch_ks:
+    step_seconds(k)   # compiles
+    times.append(min(step_seconds(k) for _ in range(repeats)))
+  return 1e3 * np.asarray(times) / slots.rounds

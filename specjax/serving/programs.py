@@ -6,9 +6,9 @@ rejection lives here):
 - `insert_program`: that row written into one row of the persistent DecodeState (buffers donated);
 - `resize_program`: the persistent state's rows gathered into a state of another size (a row bucket, `row_buckets`),
   so a step computes only as many rows as the active requests need;
-- `step_program`: every active row advanced by up to R rounds of the engine's round (fixed K, a token tree, or the
-  adaptive policy at the round costs of this row bucket), in one bounded `lax.while_loop` (it stops after R rounds
-  or when every active row is done), so tokens can stream.
+- `step_program`: every active row advanced by up to R rounds of the engine's round (fixed K, a token tree, or, for
+  the adaptive policy, the K the host chose for this step: `specjax.serving.speculation`), in one bounded
+  `lax.while_loop` (it stops after R rounds or when every active row is done), so tokens can stream.
 
 Inactive rows (free, or of another sampling group) are marked done for the step, so they emit nothing; with
 `isolate` their whole row is restored afterwards, because a drafter may update its state of a done row.
@@ -20,9 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from specjax.engine.programs import round_body, traced
-from specjax.engine.round import init_drafter, prefill
+from specjax.engine.round import init_drafter, prefill, speculative_round
 from specjax.engine.state import DecodeState, empty_round_log, unfinished
-from specjax.policy import PolicyInputs, init_policy_state
 from specjax.spec import DecodeSpec
 
 # The DecodeState fields that belong to one request's row (the rest is the step's round log).
@@ -97,15 +96,9 @@ def resize_rows(rows: dict, blank: dict, index_N, *, axes: tuple) -> dict:
                                       for leaf, b, axis in zip(leaves, jax.tree.leaves(blank), axes)])
 
 
-def new_state(rows: dict, rounds: int, policy=()) -> DecodeState:
-  """A DecodeState of these row fields with an empty round log of `rounds` rounds, and the adaptive policy's state
-  (it outlives the state's resizes; () for a fixed K)."""
-  return DecodeState(**rows, **empty_round_log(rounds, rows["seq_len_B"].shape[0]), policy=policy)
-
-
-def new_policy(spec: DecodeSpec):
-  """The policy state a fresh persistent state starts with: () unless `spec` is adaptive."""
-  return init_policy_state(spec.k) if spec.adaptive else ()
+def new_state(rows: dict, rounds: int) -> DecodeState:
+  """A DecodeState of these row fields with an empty round log of `rounds` rounds."""
+  return DecodeState(**rows, **empty_round_log(rounds, rows["seq_len_B"].shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames=("axes",), donate_argnames=("slots",))
@@ -128,20 +121,25 @@ def _select_rows(active_S, new, old, axes):
                                       for a, b, axis in zip(new_leaves, jax.tree.leaves(old), axes)])
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "rounds", "isolate", "axes"), donate_argnames=("slots",))
-def step_program(target_params, drafter_params, slots: DecodeState, active_S, max_new_S,
-                 policy_inputs: PolicyInputs | None = None, *, spec: DecodeSpec, rounds: int, isolate: bool,
-                 axes: tuple) -> DecodeState:
+@functools.partial(jax.jit, static_argnames=("spec", "rounds", "isolate", "axes", "k"), donate_argnames=("slots",))
+def step_program(target_params, drafter_params, slots: DecodeState, active_S, max_new_S, *, spec: DecodeSpec,
+                 rounds: int, isolate: bool, axes: tuple, k: int | None = None) -> DecodeState:
   """Up to `rounds` rounds of every active row (active_S; budgets max_new_S). The returned state's round log
   (`round`, `accepted_RxB`, `emitted_RxB`, `k_R`) covers this step only; each row's key moves on, so the next step
   draws fresh random numbers (rounds use fold_in(key, 1..rounds), the next key is fold_in(key, rounds + 1)). An
-  adaptive spec needs `policy_inputs`: the round costs at this state's row count; its PolicyState carries over."""
-  if spec.adaptive and policy_inputs is None:
-    raise ValueError("an adaptive spec's step needs policy_inputs (the round costs at this row bucket)")
+  adaptive spec runs the chain round at `k`, the host's choice for this step (0: autoregressive, the drafter kept
+  in step)."""
+  if spec.adaptive == (k is None):
+    raise ValueError(f"k is the step's K of an adaptive spec (one of {getattr(spec.k, 'branch_ks', ())}) and only "
+                     f"that; got k={k!r} for k={spec.k!r}")
   batch = active_S.shape[0]
   start = slots.replace(done_B=slots.done_B | ~active_S, **empty_round_log(rounds, batch))
   with traced(spec, target_params) as target:
-    body = round_body(target, spec, drafter_params, max_new_S, policy_inputs)
+    if spec.adaptive:
+      body = functools.partial(speculative_round, target, spec.drafter, drafter_params, max_new_B=max_new_S, k=k,
+                               sampling=spec.sampling, eos_ids=spec.eos_ids)
+    else:
+      body = round_body(target, spec, drafter_params, max_new_S)
     out = jax.lax.while_loop(unfinished, lambda state: body(state=state), start)
   row_keys_B = jax.vmap(lambda key: jax.random.fold_in(key, rounds + 1))(out.row_keys_B)
   out = out.replace(done_B=jnp.where(active_S, out.done_B, slots.done_B), row_keys_B=row_keys_B)

@@ -16,8 +16,8 @@ import numpy as np
 from specjax.engine.programs import params_for
 from specjax.engine.state import row_keys
 from specjax.host import prompt_bucket
-from specjax.policy import PolicyInputs
 from specjax.serving import calibration, programs
+from specjax.serving.speculation import StepPolicy
 from specjax.serving.metrics import EngineMetrics
 from specjax.serving.request import Request, RequestHandle, RequestStats, Update
 from specjax.spec import DecodeSpec
@@ -64,6 +64,7 @@ class Slots:
     self.table: list[Running | None] = [None] * slots
     self.max_new_S = np.zeros((slots,), np.int32)
     self.costs = calibration.BucketCosts(round_costs)
+    self.speculation = None      # the adaptive policy's StepPolicy (K = 'auto'), made at its first step
     self.state = None            # the persistent DecodeState of `capacity` rows, built at the first admission
     self.blank = None            # a done one-token row: what new rows start as
     self.axes = None
@@ -94,7 +95,7 @@ class Slots:
   def blank_state(self, rows: int, spec: DecodeSpec):
     """A state of `rows` blank rows (calibration and compilation run on it)."""
     self._ensure_blank(spec)
-    return programs.new_state(self._resized(self.blank, [-1] * rows), self.rounds, programs.new_policy(spec))
+    return programs.new_state(self._resized(self.blank, [-1] * rows), self.rounds)
 
   def _resized(self, rows: dict, index: list[int]) -> dict:
     return programs.resize_rows(rows, self.blank, np.asarray(index, np.int32), axes=self.axes)
@@ -105,9 +106,8 @@ class Slots:
       self.state = self.blank_state(len(index), spec)
       return
     rows = {name: getattr(self.state, name) for name in programs.ROW_FIELDS}
-    policy = self.state.policy
     self.state = None   # the old rows go as soon as the new ones exist
-    self.state = programs.new_state(self._resized(rows, index), self.rounds, policy)
+    self.state = programs.new_state(self._resized(rows, index), self.rounds)
     self.metrics.add(state_resizes=1)
 
   def _grow_to_hold(self, slot: int, spec: DecodeSpec) -> None:
@@ -142,22 +142,29 @@ class Slots:
     self.state = None
 
   def prepare(self, spec: DecodeSpec) -> None:
-    """Compiles `spec`'s step program at every row bucket (and, for the adaptive policy, measures its round costs
-    there), so no request waits for a compilation later."""
+    """Compiles `spec`'s step programs at every row bucket (for the adaptive policy, one per K, and measures its
+    round costs there), so no request waits for a compilation later."""
     for bucket in self.buckets:
+      if spec.adaptive:
+        self.round_costs(spec, bucket)
+        continue
       state = self.blank_state(bucket, spec)
-      inputs = self.policy_inputs(spec, bucket)
-      active_S = np.zeros((bucket,), bool)
       jax.block_until_ready(programs.step_program(
-          params_for(self.target, spec), self.drafter_params, state, active_S, np.zeros((bucket,), np.int32), inputs,
-          spec=spec, rounds=self.rounds, isolate=False, axes=self.axes).round)
+          params_for(self.target, spec), self.drafter_params, state, np.zeros((bucket,), bool),
+          np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False, axes=self.axes).round)
 
-  def policy_inputs(self, spec: DecodeSpec, bucket: int):
-    """An adaptive spec's PolicyInputs at this row bucket (its round costs measured at the first need); else None."""
+  def round_costs(self, spec: DecodeSpec, bucket: int) -> np.ndarray:
+    """An adaptive spec's round cost per K at this row bucket (measured at the first need)."""
+    return self.costs.get(spec, bucket, lambda: calibration.measure(self, spec, bucket))
+
+  def _step_k(self, spec: DecodeSpec, rows: list[int]) -> int | None:
+    """The K of this step: the adaptive policy's choice at the current bucket's costs; None for a fixed-K spec."""
     if not spec.adaptive:
       return None
-    costs = self.costs.get(spec, bucket, lambda: calibration.measure(self, spec, bucket))
-    return PolicyInputs.measured(costs)
+    if self.speculation is None:
+      self.speculation = StepPolicy(spec.k)
+    tokens_left = max(int(self.max_new_S[s]) - self.table[s].completion_tokens for s in rows)
+    return self.speculation.choose(self.round_costs(spec, self.capacity), tokens_left)
 
   def admit(self, handle: RequestHandle, slot: int, spec: DecodeSpec) -> None:
     """Prefills `handle`'s request alone, delivers its first token and puts its row into `slot`."""
@@ -200,13 +207,16 @@ class Slots:
       active_S[rows] = True
       spec = specs[group]
       params = params_for(self.target, spec)
+      k = self._step_k(spec, rows)
       self.state = programs.step_program(params, self.drafter_params, self.state, active_S,
-                                         self.max_new_S[:capacity].copy(), self.policy_inputs(spec, capacity),
-                                         spec=spec, rounds=self.rounds, isolate=len(groups) > 1, axes=self.axes)
+                                         self.max_new_S[:capacity].copy(), spec=spec, rounds=self.rounds,
+                                         isolate=len(groups) > 1, axes=self.axes, k=k)
       s = self.state
       tokens_SxL, seq_len_S, done_S, accepted_RxS, k_R, rounds = jax.device_get(
           (s.tokens_BxS, s.seq_len_B, s.done_B, s.accepted_RxB, s.k_R, s.round))
       self.metrics.add(steps=1)
+      if k is not None:
+        self.speculation.observe(accepted_RxS[:rounds, rows], k_R[:rounds])
       for slot in rows:
         self._collect(slot, tokens_SxL[slot], int(seq_len_S[slot]), bool(done_S[slot]), accepted_RxS[:rounds, slot],
                       k_R[:rounds])

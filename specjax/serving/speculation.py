@@ -1,0 +1,43 @@
+"""The serving engine's adaptive K: `specjax.policy`'s rule, applied on the host once per step.
+
+Each step runs one fixed-K program (K in the policy's branches, 0 = autoregressive with the drafter kept in step),
+picked by `choose_branch` from the acceptance estimate and the round costs measured at the current row bucket
+(`specjax.serving.calibration`); the step's rounds are folded into the estimate by `update_policy_state`, round by
+round, as the compiled adaptive loop of `generate` does. Deciding per step instead of per round keeps every step a
+plain fixed-K program: a `lax.switch` over K inside the loop costs a K=4 round of SmolLM2 about 50 ms more at
+max_model_len 2048 (`docs/diagnostics/serving_step_cost.py`)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.policy import PolicyInputs, SpeculationPolicy, choose_branch, init_policy_state, update_policy_state
+
+
+class StepPolicy:
+  """The policy state across steps; `choose` gives a step's K, `observe` folds its rounds in."""
+
+  def __init__(self, policy: SpeculationPolicy):
+    self.policy = policy
+    self.state = init_policy_state(policy)
+    self._choose = jax.jit(functools.partial(choose_branch, policy))
+    self._update = jax.jit(functools.partial(update_policy_state, policy))
+    self._branch = 0
+
+  def choose(self, round_cost_N, tokens_left: int) -> int:
+    """K of the next step at these round costs (one per branch) with `tokens_left` the most any active row still
+    needs."""
+    inputs = PolicyInputs.measured(round_cost_N)
+    self._costs = inputs.round_cost_N
+    self._branch = int(self._choose(self.state, inputs, self.state.rounds, jnp.int32(tokens_left)))
+    return self.policy.branch_ks[self._branch]
+
+  def observe(self, accepted_RxB, k_R) -> None:
+    """The step's rounds (accepted drafts per round and row, -1 where the row was done or inactive)."""
+    for accepted_B, k in zip(np.asarray(accepted_RxB), np.asarray(k_R)):
+      active_B = accepted_B >= 0
+      if active_B.any():
+        self.state = self._update(self.state, jnp.int32(self._branch), jnp.int32(k), jnp.asarray(np.maximum(
+            accepted_B, 0)), jnp.asarray(active_B), self._costs)
