@@ -137,7 +137,8 @@ def test_cells_systems_and_command_lines(tmp_path):
   command = sweep.command(s, "adaptive", 8123)
   assert command[1].endswith("scripts/serve.py") and command[2].endswith("configs/serve_smollm2.py")
   assert set(command[3:]) == {"--config.slots=16", "--config.drafter=quantized", "--config.draft_model=q4",
-                              "--config.adaptive=True", "--config.host=127.0.0.1", "--config.port=8123"}
+                              "--config.adaptive=True", "--config.host=127.0.0.1", "--config.port=8123",
+                              "--config.warmup_temperatures=(0.0,)"}
   assert "--config.drafter=" in sweep.command(s, "autoregressive", 1)
   assert servers.flag_value((0.0, 1.0)) == "(0.0, 1.0)" and servers.flag_value(True) == "True"
   files = ("bin/llama-server", "target-f32.gguf", "draft.gguf")

@@ -60,7 +60,10 @@ def bench_config(s: dict, base_url: str, label: str, cell: dict | None = None) -
 def command(s: dict, name: str, port: int) -> list[str]:
   """The system's server command line (a llama-server system checks its binaries and writes its target first)."""
   if name in s["specjax"]:
-    return servers.specjax_command(s["serve_config"], {"slots": sweep_config.slots(s), **s["specjax"][name]}, port)
+    # only the sweep's sampling setting is compiled at startup (the server's default warms temperature 1 too)
+    overrides = {"slots": sweep_config.slots(s), "warmup_temperatures": (float(s["temperature"]),),
+                 **s["specjax"][name]}
+    return servers.specjax_command(s["serve_config"], overrides, port)
   files = servers.llama_files(s["llama_cpp_dir"], s["serve"]["model"], s["output_dir"])
   ctx = s["llama_ctx_per_slot"] or s["serve"].get("max_model_len") or 2048
   return servers.llama_server_command(files, s["llama_server"][name], port, sweep_config.slots(s), ctx,
