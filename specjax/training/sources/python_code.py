@@ -1,0 +1,24 @@
+"""The Python standard library's sources (PSF-2.0): code with its docstrings and comments, one file a document."""
+
+import os
+import sysconfig
+
+from specjax.training.sources.base import Document
+
+SKIP_DIRS = ("test", "tests", "idle_test", "site-packages", "__pycache__", "lib2to3", "ensurepip")
+MAX_CHARS = 60_000   # very long modules are cut (a document is split into training sequences anyway)
+
+
+def read(root: str = ""):
+  """One Document per .py file under the standard library (or `root`), tests and installed packages left out."""
+  base = root or sysconfig.get_paths()["stdlib"]
+  if not os.path.isdir(base):
+    raise FileNotFoundError(f"the Python sources directory {base!r} does not exist")
+  for directory, dirs, files in os.walk(base):
+    dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+    for name in sorted(files):
+      if name.endswith(".py"):
+        with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+          text = f.read(MAX_CHARS).strip()
+        if text:
+          yield Document("python", os.path.relpath(os.path.join(directory, name), base), text=text)
