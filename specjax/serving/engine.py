@@ -52,11 +52,12 @@ class Engine:
   (`submit` raises QueueFull beyond); max_model_len: the longest prompt + completion a request may ask for (default:
   what the target and drafter hold, less K); tree: a StaticTree / DynamicTree of drafts instead of a chain;
   shrink_after: steps the active requests must fit a smaller row bucket (nobody waiting) before the state shrinks;
-  round_costs: {row bucket: round cost per branch of the policy} for K = 'auto', instead of measuring them."""
+  round_costs: {row bucket: round cost per branch of the policy} for K = 'auto', instead of measuring them;
+  calibration_context: the context length (tokens) of the rows those costs are measured on."""
 
   def __init__(self, target: Model, *, drafter=None, k=None, tree=None, slots: int = 4, rounds_per_step: int = 4,
                max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8,
-               shrink_after: int = 4, round_costs: dict | None = None):
+               shrink_after: int = 4, round_costs: dict | None = None, calibration_context: int = 512):
     if not isinstance(target, Model):
       raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
     check_drafter(target, drafter)
@@ -87,7 +88,7 @@ class Engine:
       raise ValueError("round_costs are the adaptive policy's (k='auto'); this engine runs a fixed K")
     self._slots = Slots(target, drafter.params() if drafter is not None else (), slots=slots, rounds=rounds_per_step,
                         size=self.size, seed=seed, drafted_k=drafted_k, metrics=self.metrics, lock=self._cond,
-                        shrink_after=shrink_after, round_costs=round_costs)
+                        shrink_after=shrink_after, round_costs=round_costs, calibration_context=calibration_context)
     self._thread: threading.Thread | None = None
     self._stopping = threading.Event()
     self._paused = False

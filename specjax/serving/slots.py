@@ -56,10 +56,12 @@ class Slots:
   shrinks. A step's cost follows the requests being served, not S."""
 
   def __init__(self, target, drafter_params, *, slots: int, rounds: int, size: int, seed: int, drafted_k: int,
-               metrics: EngineMetrics, lock: threading.Condition, shrink_after: int = 4, round_costs=None):
+               metrics: EngineMetrics, lock: threading.Condition, shrink_after: int = 4, round_costs=None,
+               calibration_context: int = 512):
     self.target, self.drafter_params = target, drafter_params
     self.slots, self.rounds, self.size, self.seed, self.drafted_k = slots, rounds, size, seed, drafted_k
     self.metrics, self.lock, self.shrink_after = metrics, lock, shrink_after
+    self.calibration_context = calibration_context
     self.buckets = programs.row_buckets(slots)
     self.table: list[Running | None] = [None] * slots
     self.max_new_S = np.zeros((slots,), np.int32)
@@ -69,6 +71,7 @@ class Slots:
     self.blank = None            # a done one-token row: what new rows start as
     self.axes = None
     self._shrink_streak = 0
+    self._filled = {}            # the last calibration row, by (spec, context)
 
   @property
   def capacity(self) -> int:
@@ -97,7 +100,23 @@ class Slots:
     self._ensure_blank(spec)
     return programs.new_state(self._resized(self.blank, [-1] * rows), self.rounds)
 
-  def _resized(self, rows: dict, index: list[int]) -> dict:
+  def filled_state(self, rows: int, spec: DecodeSpec, context: int):
+    """A state of `rows` copies of one row whose prompt is `context` tokens (target and drafter caches filled that
+    far): what a step costs on rows of that context, for calibration."""
+    self._ensure_blank(spec)
+    context = max(1, min(context, self.size // 2))
+    if (spec, context) not in self._filled:
+      tokens_1xL = np.zeros((1, self.size), np.int32)
+      tokens_1xL[0, :context] = 1 + np.arange(context) % (self.target.config.vocab_size - 1)   # not one token repeated
+      self._filled = {(spec, context): programs.admit_program(
+          params_for(self.target, spec), self.drafter_params, tokens_1xL, np.array([context], np.int32),
+          np.array([self.size - context - 1], np.int32), row_keys(jax.random.key(0), 1),
+          spec=spec.replace(prompt_bucket=min(prompt_bucket(context), self.size)))}
+    return programs.new_state(self._resized(self._filled[(spec, context)], [-1] * rows, source=True), self.rounds)
+
+  def _resized(self, rows: dict, index: list[int], source: bool = False) -> dict:
+    if source:   # every output row a copy of `rows`' (single) row
+      return programs.resize_rows(rows, self.blank, np.zeros((len(index),), np.int32), axes=self.axes)
     return programs.resize_rows(rows, self.blank, np.asarray(index, np.int32), axes=self.axes)
 
   def _resize(self, index: list[int], spec: DecodeSpec | None) -> None:
