@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, StreamingRespon
 from starlette.routing import Route
 
 from specjax.serving import openai_protocol as protocol
+from specjax.serving.configured import build_engine
 from specjax.serving.detokenizer import TextStream
 from specjax.serving.engine import Engine
 from specjax.serving.metrics import prometheus_text
@@ -294,20 +295,6 @@ def create_app(engine: Engine, model_name: str, *, method: str = "", manage_engi
   middleware = [Middleware(_RequireApiKey, api_key=api_key)] if api_key else []
   return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                    exception_handlers={HTTPException: http_error, Exception: server_error})
-
-
-def build_engine(config) -> tuple[Engine, str, str]:
-  """(engine, served model name, drafter name) from a serve config (`configs/serve_smollm2.py`)."""
-  from specjax.cli import drafter_from_config, model_from_source
-  target = model_from_source(config.model, config.get("dtype", ""))
-  method = config.drafter or ""
-  drafter = drafter_from_config(method, target, config.get("draft_model", "")) if method else None
-  k = ("auto" if config.get("adaptive", False) else config.k) if drafter is not None else None
-  engine = Engine(target, drafter=drafter, k=k, slots=config.slots,
-                  rounds_per_step=config.rounds_per_step, max_queue=config.max_queue,
-                  max_model_len=config.max_model_len or None, seed=config.get("seed", 0),
-                  max_sampling_settings=config.get("max_sampling_settings", 8))
-  return engine, config.get("served_model_name", "") or config.model, method
 
 
 def run(config) -> None:

@@ -18,8 +18,9 @@ import pytest
 
 from configs import serve_tiny
 from serving.test_server import _serving  # uvicorn in a thread on a free loopback port
+from specjax.serving.configured import build_engine
 from specjax.serving.request import RequestHandle
-from specjax.serving.server import build_engine, create_app
+from specjax.serving.server import create_app
 
 SLOTS = 16
 CONCURRENCY = 16
