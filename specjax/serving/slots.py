@@ -71,7 +71,7 @@ class Slots:
     self.blank = None            # a done one-token row: what new rows start as
     self.axes = None
     self._shrink_streak = 0
-    self._filled = {}            # the last calibration row, by (spec, context)
+    self._filled = {}            # the calibration row (while calibrating), by (spec, context)
 
   @property
   def capacity(self) -> int:
@@ -112,11 +112,9 @@ class Slots:
           params_for(self.target, spec), self.drafter_params, tokens_1xL, np.array([context], np.int32),
           np.array([self.size - context - 1], np.int32), row_keys(jax.random.key(0), 1),
           spec=spec.replace(prompt_bucket=min(prompt_bucket(context), self.size)))}
-    return programs.new_state(self._resized(self._filled[(spec, context)], [-1] * rows, source=True), self.rounds)
+    return programs.new_state(self._resized(self._filled[(spec, context)], [0] * rows), self.rounds)
 
-  def _resized(self, rows: dict, index: list[int], source: bool = False) -> dict:
-    if source:   # every output row a copy of `rows`' (single) row
-      return programs.resize_rows(rows, self.blank, np.zeros((len(index),), np.int32), axes=self.axes)
+  def _resized(self, rows: dict, index: list[int]) -> dict:
     return programs.resize_rows(rows, self.blank, np.asarray(index, np.int32), axes=self.axes)
 
   def _resize(self, index: list[int], spec: DecodeSpec | None) -> None:
@@ -171,6 +169,7 @@ class Slots:
       jax.block_until_ready(programs.step_program(
           params_for(self.target, spec), self.drafter_params, state, np.zeros((bucket,), bool),
           np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False, axes=self.axes).round)
+    self._filled = {}   # the calibration row's caches are not kept while serving
 
   def round_costs(self, spec: DecodeSpec, bucket: int) -> np.ndarray:
     """An adaptive spec's round cost per K at this row bucket (measured at the first need)."""
