@@ -24,13 +24,14 @@ class StepPolicy:
     self.state = init_policy_state(policy)
     self._choose = jax.jit(functools.partial(choose_branch, policy))
     self._update = jax.jit(functools.partial(update_policy_state, policy))
-    self._branch = 0
+    self._branch, self._costs = 0, None   # the last step's branch and round costs (what `observe` folds in)
 
   def choose(self, round_cost_N, tokens_left: int) -> int:
     """K of the next step at these round costs (one per branch) with `tokens_left` the most any active row still
     needs."""
     inputs = PolicyInputs.measured(round_cost_N)
     self._costs = inputs.round_cost_N
+    # a probe (K_min while autoregression is best) lasts the whole step: R rounds, not one as in `generate`
     self._branch = int(self._choose(self.state, inputs, self.state.rounds, jnp.int32(tokens_left)))
     return self.policy.branch_ks[self._branch]
 
