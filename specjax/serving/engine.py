@@ -235,9 +235,7 @@ class Engine:
         with self._cond:
           specs = dict(self._specs)
         worked |= self._slots.advance(specs)
-        with self._cond:
-          waiting = bool(self._waiting)
-        self._slots.shrink(waiting)
+        self._slots.shrink(waiting=self.num_waiting > 0)
       self.metrics.set(running=self.num_running, waiting=self.num_waiting, state_rows=self._slots.capacity)
       return worked
 

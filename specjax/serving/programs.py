@@ -4,7 +4,7 @@ rejection lives here):
 - `admit_program`: one request's prefill and its drafter's prefill (batch 1, one compilation per prompt bucket and
   decode spec), giving the request's row of a DecodeState;
 - `insert_program`: that row written into one row of the persistent DecodeState (buffers donated);
-- `resize_program`: the persistent state's rows gathered into a state of another size (a row bucket, `row_buckets`),
+- `resize_rows`: the persistent state's rows gathered into a state of another size (a row bucket, `row_buckets`),
   so a step computes only as many rows as the active requests need;
 - `step_program`: every active row advanced by up to R rounds of the engine's round (fixed K, a token tree, or, for
   the adaptive policy, the K the host chose for this step: `specjax.serving.speculation`), in one bounded

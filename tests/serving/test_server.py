@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,18 +21,13 @@ import uvicorn
 import specjax
 from configs import serve_smollm2, serve_tiny
 from specjax import drafters
+from specjax.benchmark.serving.servers import free_port
 from specjax.serving import Engine, Request
 from specjax.serving.server import create_app, listen_address, resolve_api_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAME = "tiny-chat"
 GREEDY = specjax.SamplingParams(temperature=0.0)
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +40,7 @@ def target(tiny_tokenizer):
 @contextlib.contextmanager
 def _serving(app):
   """Serves `app` with uvicorn in a thread on a free loopback port; yields its base url, stops it on exit."""
-  port = _free_port()
+  port = free_port()
   uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                      timeout_graceful_shutdown=5))
   thread = threading.Thread(target=uv.run, daemon=True)
@@ -298,7 +292,7 @@ def test_the_default_bind_address_is_loopback():
 
 def test_serve_script_answers_and_stops_on_sigterm():
   """Keyed from the environment: 401 without the key, served with it, the key in none of its output."""
-  port = _free_port()
+  port = free_port()
   process = subprocess.Popen([sys.executable, "scripts/serve.py", "--config=configs/serve_tiny.py",
                               f"--config.port={port}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=dict(os.environ, JAX_PLATFORMS="cpu", SPECJAX_API_KEY=KEY))
