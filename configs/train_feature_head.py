@@ -22,7 +22,9 @@ def get_config():
   c.compilation_cache_dir = "~/.cache/specjax/jax-cache"
   c.export_dtype = ""              # e.g. "bfloat16" to halve the exported drafter
   c.corpus = dict(n_prompts=400, max_new_tokens=112, generate_batch=50, temperature=0.0, stdlib_sequences=64,
-                  seq_len=176, heldout_fraction=0.1, seed=0)
+                  seq_len=176, heldout_fraction=0.1, seed=0,
+                  # sequences from the packaged text corpus (scripts/build_corpus.py), e.g. text_sequences=4000
+                  text_corpus="data/corpus", text_sequences=0)
   # Shared optimisation settings; each drafter's own `train` entry below overrides them for that drafter.
   c.train = dict(steps=300, batch_size=4, learning_rate=1e-3, warmup_steps=30, end_lr_fraction=0.1,
                  weight_decay=0.01, clip_norm=1.0, seed=0, checkpoint_every=50, keep_checkpoints=2, log_every=10,

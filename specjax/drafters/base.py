@@ -42,6 +42,9 @@ class Drafter:
   branches: bool = False
   #: deepest tree the drafter can draft (None: any).
   max_tree_depth: int | None = None
+  #: True: autoregressive rounds may run without the drafter (no `observe`), and `catch_up` later takes in the
+  #: committed tokens it missed (a draft model's cache); False: it must observe every autoregressive round.
+  catches_up: bool = False
 
   def params(self) -> Any:
     return ()
@@ -86,6 +89,12 @@ class Drafter:
     """State after a round that drafted nothing (the adaptive policy's autoregressive step): the target is about
     to verify the token at seq_len_B - 1; drafters that keep a cache take in what precedes it."""
     return state
+
+  def catch_up(self, params, state, tokens_BxS: jax.Array, positions_BxC: jax.Array, target_cache) -> Any:
+    """State after taking in the committed tokens at positions_BxC (C consecutive positions per row, all before
+    seq_len_B - 2) that autoregressive rounds run without the drafter skipped (`catches_up` drafters only);
+    target_cache: the target's KV cache, which holds those positions too."""
+    raise NotImplementedError(f"{type(self).__name__} cannot catch up; it observes every autoregressive round")
 
   def commit(self, params, state, n_accepted_B: jax.Array, seq_len_B: jax.Array,
              features: TargetFeatures | None = None) -> Any:

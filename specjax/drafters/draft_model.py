@@ -19,6 +19,7 @@ class DraftModel(Drafter):
   """
 
   branches = True
+  catches_up = True
 
   def __init__(self, model: Model):
     if not isinstance(model, Model):
@@ -52,6 +53,13 @@ class DraftModel(Drafter):
     rows_B = jnp.arange(tokens_BxS.shape[0])
     positions_Bx1 = (seq_len_B - 2)[:, None]
     _, cache, _ = module.hidden_states(tokens_BxS[rows_B[:, None], positions_Bx1], positions_Bx1, state)
+    return cache
+
+  def catch_up(self, params, state, tokens_BxS, positions_BxC, target_cache):
+    """The missed tokens through the draft in one call (a chunk of a prefill)."""
+    module = self.model.with_params(params).module()
+    rows_B1 = jnp.arange(tokens_BxS.shape[0])[:, None]
+    _, cache, _ = module.hidden_states(tokens_BxS[rows_B1, positions_BxC], positions_BxC, state)
     return cache
 
   def _refeed(self, module, state, tokens_BxS, seq_len_B):

@@ -7,6 +7,7 @@ time while each draft step reads 4-8x fewer weight bytes. The rejection sampler 
 import os
 
 import jax
+import jax.numpy as jnp
 
 from specjax.cache import init_cache
 from specjax.drafters.draft_model import DraftModel
@@ -57,7 +58,21 @@ class QuantizedDraft(DraftModel):
 
   def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket, features=None, target_cache=None):
     own = jax.eval_shape(lambda: init_cache(self.model.config, *tokens_BxS.shape))
-    if target_cache is not None and all(
-        (a.shape, a.dtype) == (b.shape, b.dtype) for a, b in zip(jax.tree.leaves(own), jax.tree.leaves(target_cache))):
+    if target_cache is not None and _same_shapes(own, target_cache):
       return target_cache
     return super().init(params, tokens_BxS, prompt_len_B, prompt_bucket, features)
+
+  def catch_up(self, params, state, tokens_BxS, positions_BxC, target_cache):
+    """A cache of the target's shape takes the target's keys and values at the missed positions (as `init` takes
+    the prompt's): a copy, not a pass through the quantized weights."""
+    if not _same_shapes(state, target_cache):
+      return super().catch_up(params, state, tokens_BxS, positions_BxC, target_cache)
+    rows_B1 = jnp.arange(positions_BxC.shape[0])[:, None]
+    return state.replace(k=state.k.at[:, rows_B1, positions_BxC].set(target_cache.k[:, rows_B1, positions_BxC]),
+                         v=state.v.at[:, rows_B1, positions_BxC].set(target_cache.v[:, rows_B1, positions_BxC]))
+
+
+def _same_shapes(a, b) -> bool:
+  leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+  return len(leaves_a) == len(leaves_b) and all((x.shape, x.dtype) == (y.shape, y.dtype)
+                                                for x, y in zip(leaves_a, leaves_b))

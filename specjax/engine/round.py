@@ -15,6 +15,9 @@ from specjax.rejection import accept
 from specjax.sampling import distribution, sample
 from specjax.trees.layout import compact_path, tree_layout
 from specjax.trees.ranks import path_ranks
+
+# Positions per target call of a long prompt's prefill (`prompt_pass`).
+PREFILL_CHUNK = 128
 from specjax.trees.rejection import accept_tree
 
 
@@ -55,6 +58,46 @@ def accept_drafts(logits_BxK1xV, q_BxKxV, draft_BxK, keys_B, sampling):
   return accept(p_BxK1xV, q_BxKxV, draft_BxK, keys_B, greedy=sampling.greedy)
 
 
+def prompt_pass(target, tokens_BxS, prompt_len_B, cache, bucket: int, feature_layers):
+  """The prompt bucket through the target: each row's hidden state at its last prompt token [B, D], the cache, and
+  the bucket's TargetFeatures (None without feature_layers). A bucket longer than PREFILL_CHUNK runs chunk by chunk,
+  only as many chunks as the longest prompt needs: a 710-token prompt computes 768 positions, not its bucket's
+  1024, and a chunk's attention scores stay [chunk, cache] instead of [bucket, bucket] (SmolLM2 on 2 cores: 2.5 s
+  against 5.7 s)."""
+  batch = tokens_BxS.shape[0]
+  rows_B = jnp.arange(batch)
+  if bucket <= PREFILL_CHUNK:
+    positions_BxT = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
+    hidden, cache, features = target_features(target, tokens_BxS[:, :bucket], positions_BxT, cache, feature_layers)
+    return hidden[rows_B, prompt_len_B - 1], cache, features
+  chunk = PREFILL_CHUNK
+  last_chunk_B, last_offset_B = (prompt_len_B - 1) // chunk, (prompt_len_B - 1) % chunk
+  offsets_1xC = jnp.arange(chunk, dtype=jnp.int32)[None, :]
+
+  def body(carry):
+    i, last_BxD, cache, features = carry
+    start = i * chunk
+    tokens_BxC = jax.lax.dynamic_slice_in_dim(tokens_BxS, start, chunk, axis=1)
+    positions_BxC = jnp.broadcast_to(start + offsets_1xC, (batch, chunk))
+    hidden, cache, chunk_features = target_features(target, tokens_BxC, positions_BxC, cache, feature_layers)
+    last_BxD = jnp.where((last_chunk_B == i)[:, None], hidden[rows_B, last_offset_B], last_BxD)
+    if features is not None:
+      features = jax.tree.map(lambda all_, part: jax.lax.dynamic_update_slice_in_dim(all_, part, start, axis=1),
+                              features, chunk_features)
+    return i + 1, last_BxD, cache, features
+
+  hidden_shape, _, feature_shapes = jax.eval_shape(
+      lambda c: target_features(target, tokens_BxS[:, :chunk], jnp.zeros((batch, chunk), jnp.int32), c, feature_layers),
+      cache)
+  features = None if feature_shapes is None else jax.tree.map(
+      lambda x: jnp.zeros((x.shape[0], bucket) + x.shape[2:], x.dtype), feature_shapes)
+  last_BxD = jnp.zeros((batch, hidden_shape.shape[-1]), hidden_shape.dtype)
+  chunks = (jnp.max(prompt_len_B) + chunk - 1) // chunk
+  _, last_BxD, cache, features = jax.lax.while_loop(lambda carry: carry[0] < chunks, body,
+                                                    (jnp.int32(0), last_BxD, cache, features))
+  return last_BxD, cache, features
+
+
 def prefill(target, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *, spec, max_rounds: int) -> DecodeState:
   """Runs the prompt bucket through the target and samples each row's first new token (no drafter state yet).
   spec: a PrefillSpec."""
@@ -64,10 +107,9 @@ def prefill(target, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *, spec, ma
   if spec.mesh is not None:
     from specjax.sharding import cache_sharding
     cache = jax.lax.with_sharding_constraint(cache, cache_sharding(spec.mesh, target.config, batch))
-  bucket = spec.prompt_bucket
-  positions = jnp.broadcast_to(jnp.arange(bucket, dtype=jnp.int32), (batch, bucket))
-  hidden, cache, features = target_features(target, tokens_BxS[:, :bucket], positions, cache, spec.feature_layers)
-  logits_BxV = target.logits(hidden[rows_B, prompt_len_B - 1])
+  last_BxD, cache, features = prompt_pass(target, tokens_BxS, prompt_len_B, cache, spec.prompt_bucket,
+                                          spec.feature_layers)
+  logits_BxV = target.logits(last_BxD)
   keys_B = jax.vmap(lambda key: jax.random.fold_in(key, 0))(row_keys_B)
   first_B, _ = sample_tokens(keys_B, logits_BxV, spec.sampling)
   n_new_B = jnp.ones((batch,), jnp.int32)

@@ -26,6 +26,7 @@ class Counters:
   steps: int = 0
   row_rounds: int = 0            # rounds of active rows, speculative or not
   state_resizes: int = 0         # times the persistent state moved to another row bucket
+  catch_ups: int = 0             # drafter catch-ups after steps that ran without it (adaptive K)
   state_rows: int = 0            # rows the persistent state holds now (the row bucket a step computes)
   running: int = 0
   waiting: int = 0
@@ -110,6 +111,8 @@ def prometheus_text(counters: Counters, model_name: str) -> str:
          "ones; the adaptive policy turns speculation off as the load grows).", [("", counters.row_rounds)])
   metric("specjax:state_resizes", "counter", "Moves of the decode state to another row bucket.",
          [("", counters.state_resizes)])
+  metric("specjax:drafter_catch_ups", "counter", "Times the drafter took in the tokens that autoregressive steps "
+         "committed without it (the adaptive policy resuming speculation).", [("", counters.catch_ups)])
   metric("specjax:state_rows", "gauge", "Rows the decode state holds (what each step computes).",
          [("", counters.state_rows)])
   metric("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.", [("", counters.num_drafts)])

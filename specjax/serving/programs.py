@@ -6,6 +6,7 @@ rejection lives here):
 - `insert_program`: that row written into one row of the persistent DecodeState (buffers donated);
 - `resize_rows`: the persistent state's rows gathered into a state of another size (a row bucket, `row_buckets`),
   so a step computes only as many rows as the active requests need;
+- `catch_up_program`: the drafter takes in the tokens committed while steps ran without it;
 - `step_program`: every active row advanced by up to R rounds of the engine's round (fixed K, a token tree, or, for
   the adaptive policy, the K the host chose for this step: `specjax.serving.speculation`), in one bounded
   `lax.while_loop` (it stops after R rounds or when every active row is done), so tokens can stream.
@@ -121,14 +122,39 @@ def _select_rows(active_S, new, old, axes):
                                       for a, b, axis in zip(new_leaves, jax.tree.leaves(old), axes)])
 
 
+def drafter_left_behind(spec: DecodeSpec, k: int | None) -> bool:
+  """Whether a step at K runs without the drafter: an adaptive spec's autoregressive steps whose drafter can catch
+  up later (`Drafter.catches_up`; a draft model then costs nothing while speculation is off)."""
+  return spec.adaptive and k == 0 and spec.drafter is not None and spec.drafter.catches_up
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "chunk"), donate_argnames=("slots",))
+def catch_up_program(drafter_params, slots: DecodeState, lag_S, *, spec: DecodeSpec, chunk: int) -> DecodeState:
+  """The drafter takes in the last lag_S[s] committed tokens before seq_len - 2 of every row (what the steps that
+  left it behind committed), `chunk` positions per call of `Drafter.catch_up`. A row whose lag is shorter re-takes
+  committed positions it already holds (the same tokens at the same positions), so every row runs every chunk."""
+  end_S = slots.seq_len_B - 2
+  chunks = (jnp.max(lag_S) + chunk - 1) // chunk
+  offsets_1xC = jnp.arange(chunk, dtype=jnp.int32)[None, :]
+
+  def body(carry):
+    i, draft_state = carry
+    start_S = jnp.maximum(jnp.minimum(end_S - lag_S + i * chunk, end_S - chunk), 0)
+    positions_SxC = start_S[:, None] + offsets_1xC
+    return i + 1, spec.drafter.catch_up(drafter_params, draft_state, slots.tokens_BxS, positions_SxC, slots.cache)
+
+  _, draft_state = jax.lax.while_loop(lambda carry: carry[0] < chunks, body, (jnp.int32(0), slots.draft_state))
+  return slots.replace(draft_state=draft_state)
+
+
 @functools.partial(jax.jit, static_argnames=("spec", "rounds", "isolate", "axes", "k"), donate_argnames=("slots",))
 def step_program(target_params, drafter_params, slots: DecodeState, active_S, max_new_S, *, spec: DecodeSpec,
                  rounds: int, isolate: bool, axes: tuple, k: int | None = None) -> DecodeState:
   """Up to `rounds` rounds of every active row (active_S; budgets max_new_S). The returned state's round log
   (`round`, `accepted_RxB`, `emitted_RxB`, `k_R`) covers this step only; each row's key moves on, so the next step
   draws fresh random numbers (rounds use fold_in(key, 1..rounds), the next key is fold_in(key, rounds + 1)). An
-  adaptive spec runs the chain round at `k`, the host's choice for this step (0: autoregressive, the drafter kept
-  in step)."""
+  adaptive spec runs the chain round at `k`, the host's choice for this step (0: autoregressive; without the
+  drafter where it can catch up later, `drafter_left_behind`, else with it kept in step)."""
   if spec.adaptive == (k is None):
     raise ValueError(f"k is the step's K of an adaptive spec (one of {getattr(spec.k, 'branch_ks', ())}) and only "
                      f"that; got k={k!r} for k={spec.k!r}")
@@ -136,7 +162,8 @@ def step_program(target_params, drafter_params, slots: DecodeState, active_S, ma
   start = slots.replace(done_B=slots.done_B | ~active_S, **empty_round_log(rounds, batch))
   with traced(spec, target_params) as target:
     if spec.adaptive:
-      body = functools.partial(speculative_round, target, spec.drafter, drafter_params, max_new_B=max_new_S, k=k,
+      drafter = None if drafter_left_behind(spec, k) else spec.drafter
+      body = functools.partial(speculative_round, target, drafter, drafter_params, max_new_B=max_new_S, k=k,
                                sampling=spec.sampling, eos_ids=spec.eos_ids)
     else:
       body = round_body(target, spec, drafter_params, max_new_S)

@@ -23,6 +23,8 @@ from specjax.serving.request import Request, RequestHandle, RequestStats, Update
 from specjax.spec import DecodeSpec
 
 log = logging.getLogger(__name__)
+# Positions per call of the drafter's catch-up (`programs.catch_up_program`).
+CATCH_UP_CHUNK = 32
 
 
 def deliver(handle: RequestHandle, update: Update) -> None:
@@ -44,6 +46,7 @@ class Running:
   accepted: list = dataclasses.field(default_factory=list)
   k: list = dataclasses.field(default_factory=list)
   completion_tokens: int = 0
+  draft_lag: int = 0               # tokens committed by steps that left the drafter behind, not yet taken in
 
 
 class Slots:
@@ -159,11 +162,14 @@ class Slots:
     self.state = None
 
   def prepare(self, spec: DecodeSpec) -> None:
-    """Compiles `spec`'s step programs at every row bucket (for the adaptive policy, one per K, and measures its
-    round costs there), so no request waits for a compilation later."""
+    """Compiles `spec`'s step programs at every row bucket (for the adaptive policy, one per K and the drafter's
+    catch-up, and measures its round costs there), so no request waits for a compilation later."""
     for bucket in self.buckets:
       if spec.adaptive:
         self.round_costs(spec, bucket)
+        if programs.drafter_left_behind(spec, 0):
+          jax.block_until_ready(programs.catch_up_program(self.drafter_params, self.blank_state(bucket, spec), np.zeros(
+              (bucket,), np.int32), spec=spec, chunk=CATCH_UP_CHUNK).seq_len_B)
         continue
       state = self.blank_state(bucket, spec)
       jax.block_until_ready(programs.step_program(
@@ -226,6 +232,7 @@ class Slots:
       spec = specs[group]
       params = params_for(self.target, spec)
       k = self._step_k(spec, rows)
+      self._catch_up(spec, k, rows)
       self.state = programs.step_program(params, self.drafter_params, self.state, active_S,
                                          self.max_new_S[:capacity].copy(), spec=spec, rounds=self.rounds,
                                          isolate=len(groups) > 1, axes=self.axes, k=k)
@@ -235,10 +242,24 @@ class Slots:
       self.metrics.add(steps=1)
       if k is not None:
         self.speculation.observe(accepted_RxS[:rounds, rows], k_R[:rounds])
+      behind = programs.drafter_left_behind(spec, k)
       for slot in rows:
+        if behind:
+          self.table[slot].draft_lag += int(seq_len_S[slot]) - self.table[slot].seq_len
         self._collect(slot, tokens_SxL[slot], int(seq_len_S[slot]), bool(done_S[slot]), accepted_RxS[:rounds, slot],
                       k_R[:rounds])
     return bool(groups)
+
+  def _catch_up(self, spec: DecodeSpec, k: int | None, rows: list[int]) -> None:
+    """Before a step that drafts: the drafter takes in what steps without it committed (`Running.draft_lag`)."""
+    if not spec.adaptive or programs.drafter_left_behind(spec, k):
+      return
+    lag_S = np.zeros((self.capacity,), np.int32)
+    for slot in rows:
+      lag_S[slot], self.table[slot].draft_lag = self.table[slot].draft_lag, 0
+    if lag_S.any():
+      self.state = programs.catch_up_program(self.drafter_params, self.state, lag_S, spec=spec, chunk=CATCH_UP_CHUNK)
+      self.metrics.add(catch_ups=1)
 
   def _collect(self, slot: int, tokens_L, seq_len: int, done: bool, accepted_R, k_R) -> None:
     """A row's new tokens and rounds after a step: to its stream, its record and the counters."""

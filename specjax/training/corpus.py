@@ -5,6 +5,7 @@ ships with every Python). Everything becomes fixed-length token sequences with a
 import ast
 import dataclasses
 import functools
+import json
 import os
 import sysconfig
 
@@ -15,6 +16,7 @@ from specjax.benchmark.tasks import byte_ids
 from specjax.generate import generate
 from specjax.model import Model
 from specjax.sampling import SamplingParams
+from specjax.training import shards
 from specjax.training.prompt_pool import training_prompts
 
 
@@ -30,6 +32,8 @@ class CorpusConfig:
   seq_len: int = 256
   heldout_fraction: float = 0.1
   seed: int = 0
+  text_corpus: str = ""            # a `scripts/build_corpus.py` output directory (its manifest.json) ...
+  text_sequences: int = 0          # ... and how many seq_len-token sequences to take from it, spread over its kinds
 
 
 def on_policy_ids(target: Model, prompts: list[str], config: CorpusConfig) -> list[list[int]]:
@@ -99,6 +103,37 @@ def pack(sequences: list[list[int]], seq_len: int) -> tuple[np.ndarray, np.ndarr
   return tokens_NxT, mask_NxT
 
 
+def text_corpus_sequences(directory: str, n: int, seq_len: int, seed: int) -> list[list[int]]:
+  """n sequences of seq_len tokens from a built text corpus (`specjax.training.text_corpus`): an equal share per
+  kind (chat, prose, code, structured), split among that kind's sources by their tokens; each source's documents
+  cut into consecutive seq_len windows and the windows drawn at random (seeded): every sequence is one document's
+  text."""
+  path = os.path.join(directory, "manifest.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no text corpus at {directory!r} (its manifest.json is missing); build one with "
+                            "python scripts/build_corpus.py --config=configs/build_corpus.py")
+  with open(path) as f:
+    manifest = json.load(f)
+  rng = np.random.default_rng(seed)
+  kinds = sorted(manifest["tokens_by_kind"])
+  sequences = []
+  for kind_index, kind in enumerate(kinds):
+    sources = [e for e in manifest["sources"] if e["kind"] == kind]
+    share = n // len(kinds) + (kind_index < n % len(kinds))
+    counts = [share * e["tokens"] // sum(e["tokens"] for e in sources) for e in sources]
+    counts[0] += share - sum(counts)
+    for entry, wanted in zip(sources, counts):
+      windows = []
+      for shard in shards.existing_shards(os.path.join(directory, entry["directory"])):
+        for document in shards.read_documents(shard["path"]):
+          windows += [document[s:s + seq_len] for s in range(0, len(document) - seq_len // 4, seq_len)]
+      if len(windows) < wanted:
+        raise ValueError(f"the text corpus's source {entry['name']!r} holds {len(windows)} windows of {seq_len} "
+                         f"tokens, fewer than the {wanted} asked of it")
+      sequences += [windows[j].astype(np.int64).tolist() for j in rng.choice(len(windows), wanted, replace=False)]
+  return sequences
+
+
 def corpus_tokens(target: Model, config: CorpusConfig) -> dict:
   """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, then standard library)."""
   prompts = training_prompts()
@@ -106,6 +141,8 @@ def corpus_tokens(target: Model, config: CorpusConfig) -> dict:
     raise ValueError(f"n_prompts={config.n_prompts} but the training prompt pool has {len(prompts)} prompts")
   sequences = on_policy_ids(target, prompts[:config.n_prompts], config) if config.n_prompts else []
   library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
+  if config.text_sequences:
+    library += text_corpus_sequences(config.text_corpus, config.text_sequences, config.seq_len, config.seed)
   tokens, mask = pack(sequences + library, config.seq_len)
   on_policy = np.arange(len(tokens)) < len(sequences)
   return {"tokens": tokens, "mask": mask, "on_policy": on_policy}

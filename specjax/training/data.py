@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -60,10 +61,14 @@ def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_s
   pad = -n % batch_size
   tokens = np.concatenate([tokens_NxT, np.zeros((pad, tokens_NxT.shape[1]), np.int32)])
   hidden, layers = [], []
+  start_time = time.perf_counter()
   for start in tqdm.trange(0, len(tokens), batch_size, desc="target features", leave=False):
     h, l = _target_forward(target, jnp.asarray(tokens[start:start + batch_size]), layer_ids)
     hidden.append(np.asarray(h))
     layers.append(np.asarray(l))
+  seconds = time.perf_counter() - start_time
+  print(f"target features: {tokens.size} tokens in {seconds:.0f} s ({60 * tokens.size / max(seconds, 1e-9):.0f} tokens a "
+        f"minute, batches of {batch_size} x {tokens.shape[1]})", flush=True)
   return np.concatenate(hidden)[:n], np.concatenate(layers)[:n]
 
 

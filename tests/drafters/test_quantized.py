@@ -146,3 +146,29 @@ def test_smollm2_tree_greedy_equals_greedy(smollm2_model, smollm2_drafts, smollm
                             drafter=smollm2_drafts["q4"], tree=tree, stop_at_eos=False)
   assert result.tokens == smollm2_greedy[4]
   assert result.stats.rounds <= 12
+
+
+def test_catches_up_from_the_targets_cache(target):
+  """A draft of the target's own architecture catches up by copying the target's keys and values at the missed
+  positions, exactly, and nothing else; one of another shape runs the tokens through its own weights."""
+  import jax.numpy as jnp
+  from specjax.cache import init_cache
+
+  drafter = QuantizedDraft.from_model(target, "q4")
+  rng = np.random.default_rng(0)
+  target_cache = init_cache(CONFIG, 2, 32)
+  target_cache = target_cache.replace(k=jnp.asarray(rng.normal(size=target_cache.k.shape), jnp.float32),
+                                      v=jnp.asarray(rng.normal(size=target_cache.v.shape), jnp.float32))
+  tokens_BxS = jnp.zeros((2, 32), jnp.int32)
+  positions_BxC = jnp.asarray([[5, 6, 7], [9, 10, 11]], jnp.int32)
+  cache = drafter.catch_up(drafter.params(), init_cache(CONFIG, 2, 32), tokens_BxS, positions_BxC, target_cache)
+  copied = np.zeros(cache.k.shape[:3], bool)
+  copied[:, 0, 5:8] = copied[:, 1, 9:12] = True
+  for mine, theirs in ((cache.k, target_cache.k), (cache.v, target_cache.v)):
+    np.testing.assert_array_equal(np.asarray(mine)[copied], np.asarray(theirs)[copied])
+    assert not np.asarray(mine)[~copied].any()
+
+  shallow = QuantizedDraft.from_model(specjax.init_model(CONFIG.replace(n_layers=1), seed=5), "int8")
+  own = init_cache(shallow.model.config, 2, 32)
+  cache = shallow.catch_up(shallow.params(), own, tokens_BxS, positions_BxC, target_cache)
+  assert float(jnp.abs(cache.k[0, 0, 5:8]).sum()) > 0 and not np.asarray(cache.k[0, 0, :5]).any()
