@@ -49,11 +49,7 @@ class DraftModel(Drafter):
   def observe(self, params, state, tokens_BxS, seq_len_B):
     """Writes the token at seq_len_B - 2 into the draft cache, so that after autoregressive rounds the two tokens
     `propose` re-feeds are again the only ones the cache lacks."""
-    module = self.model.with_params(params).module()
-    rows_B = jnp.arange(tokens_BxS.shape[0])
-    positions_Bx1 = (seq_len_B - 2)[:, None]
-    _, cache, _ = module.hidden_states(tokens_BxS[rows_B[:, None], positions_Bx1], positions_Bx1, state)
-    return cache
+    return DraftModel.catch_up(self, params, state, tokens_BxS, (seq_len_B - 2)[:, None], target_cache=None)
 
   def catch_up(self, params, state, tokens_BxS, positions_BxC, target_cache):
     """The missed tokens through the draft in one call (a chunk of a prefill)."""
