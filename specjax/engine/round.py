@@ -15,10 +15,10 @@ from specjax.rejection import accept
 from specjax.sampling import distribution, sample
 from specjax.trees.layout import compact_path, tree_layout
 from specjax.trees.ranks import path_ranks
+from specjax.trees.rejection import accept_tree
 
 # Positions per target call of a long prompt's prefill (`prompt_pass`).
 PREFILL_CHUNK = 128
-from specjax.trees.rejection import accept_tree
 
 
 def target_features(target, tokens_BxT, positions_BxT, cache, feature_layers, tree=None):

@@ -67,8 +67,9 @@ def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_s
     hidden.append(np.asarray(h))
     layers.append(np.asarray(l))
   seconds = time.perf_counter() - start_time
-  print(f"target features: {tokens.size} tokens in {seconds:.0f} s ({60 * tokens.size / max(seconds, 1e-9):.0f} tokens a "
-        f"minute, batches of {batch_size} x {tokens.shape[1]})", flush=True)
+  per_minute = 60 * tokens.size / max(seconds, 1e-9)
+  print(f"target features: {tokens.size} tokens in {seconds:.0f} s ({per_minute:.0f} tokens a minute, batches of "
+        f"{batch_size} x {tokens.shape[1]})", flush=True)
   return np.concatenate(hidden)[:n], np.concatenate(layers)[:n]
 
 
