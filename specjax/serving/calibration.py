@@ -1,7 +1,11 @@
 """The adaptive policy's round costs at each row bucket of the serving engine: what makes it load-aware. A round at
 K drafts costs more relative to an autoregressive step as the batch fills (verification stops riding on the weight
 reads), so the same acceptance can pay at 1 row and not at 16 (SmartSpec, TurboSpec). Each bucket's costs are timed
-on the engine's own step programs, one per K (what the steps then run), over rows of a served-size context."""
+on the engine's own step programs, one per K (what the steps then run), over rows of a served-size context, then
+refined by the served steps' own timings (`ServedCosts`): served contexts, admissions and drafter catch-ups make a
+round cost what warmup rows of one length cannot show."""
+
+import collections
 
 import time
 
@@ -36,6 +40,58 @@ class BucketCosts:
   def table(self) -> dict[int, list[float]]:
     """{bucket: costs per branch} of what was measured (the last spec's, if several)."""
     return {bucket: [round(float(c), 3) for c in costs] for (_, bucket), costs in self._costs.items()}
+
+
+class ServedCosts:
+  """Milliseconds per round as served, per (row bucket, K): the median of each key's last `window` steps (a step's
+  wall time over its rounds, the drafter's catch-up before it included). `relative` turns them into the policy's
+  costs against the autoregressive step at the same bucket, once that was served there; `stale` says when it
+  should be again (every `refresh_steps` steps at a bucket, so the ratio follows the contexts as they grow)."""
+
+  def __init__(self, window: int = 8, refresh_steps: int = 16):
+    if window < 1 or refresh_steps < 1:
+      raise ValueError(f"ServedCosts needs window >= 1 and refresh_steps >= 1, got {window} and {refresh_steps}")
+    self.window, self.refresh_steps = window, refresh_steps
+    self._ms: dict[tuple[int, int], collections.deque] = {}
+    self._since_ar: dict[int, int] = {}   # steps at each bucket since its last autoregressive one
+
+  def clear(self) -> None:
+    self._ms.clear()
+    self._since_ar.clear()
+
+  def observe(self, bucket: int, k: int, seconds: float, rounds: int) -> None:
+    if rounds < 1:
+      return
+    self._ms.setdefault((bucket, k), collections.deque(maxlen=self.window)).append(1e3 * seconds / rounds)
+    self._since_ar[bucket] = 0 if k == 0 else self._since_ar.get(bucket, self.refresh_steps) + 1
+
+  def ms(self, bucket: int, k: int) -> float | None:
+    times = self._ms.get((bucket, k))
+    return float(np.median(times)) if times else None
+
+  def stale(self, bucket: int) -> bool:
+    """Whether the autoregressive cost at this bucket is unmeasured or `refresh_steps` steps old."""
+    return self._since_ar.get(bucket, self.refresh_steps) >= self.refresh_steps
+
+  def relative(self, bucket: int, branch_ks, prior_N) -> np.ndarray:
+    """Each branch's cost over the autoregressive step's, as served: a served K's own ratio (at least 1); an unserved
+    K's prior, scaled by how far the served K's ratios are from theirs (geometric mean). `prior_N` until the
+    autoregressive step was served at this bucket."""
+    prior_N = np.asarray(prior_N, np.float32)
+    ar = self.ms(bucket, 0)
+    if ar is None:
+      return prior_N
+    served = {i: max(ms / ar, 1.0) for i, k in enumerate(branch_ks) if i and (ms := self.ms(bucket, k)) is not None}
+    scale = np.exp(np.mean([np.log(r / prior_N[i]) for i, r in served.items()])) if served else 1.0
+    costs = [1.0] + [served.get(i, max(float(prior_N[i] * scale), 1.0)) for i in range(1, len(branch_ks))]
+    return np.asarray(costs, np.float32)
+
+  def table(self) -> dict[int, dict[int, float]]:
+    """{bucket: {K: ms per round}} of what was served."""
+    table: dict[int, dict[int, float]] = {}
+    for bucket, k in sorted(self._ms):
+      table.setdefault(bucket, {})[k] = round(self.ms(bucket, k), 2)
+    return table
 
 
 def measure(slots, spec: DecodeSpec, bucket: int, repeats: int = REPEATS) -> np.ndarray:

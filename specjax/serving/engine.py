@@ -52,12 +52,14 @@ class Engine:
   (`submit` raises QueueFull beyond); max_model_len: the longest prompt + completion a request may ask for (default:
   what the target and drafter hold, less K); tree: a StaticTree / DynamicTree of drafts instead of a chain;
   shrink_after: steps the active requests must fit a smaller row bucket (nobody waiting) before the state shrinks;
-  round_costs: {row bucket: round cost per branch of the policy} for K = 'auto', instead of measuring them;
-  calibration_context: the context length (tokens) of the rows those costs are measured on."""
+  round_costs: {row bucket: round cost per branch of the policy} for K = 'auto', instead of measuring them at
+  warmup; calibration_context: the context length (tokens) of the rows those are measured on; served_costs: whether
+  the served steps' own times refine them (`calibration.ServedCosts`; False keeps the warmup's or the given ones)."""
 
   def __init__(self, target: Model, *, drafter=None, k=None, tree=None, slots: int = 4, rounds_per_step: int = 4,
                max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8,
-               shrink_after: int = 4, round_costs: dict | None = None, calibration_context: int = 512):
+               shrink_after: int = 4, round_costs: dict | None = None, calibration_context: int = 512,
+               served_costs: bool = True):
     if not isinstance(target, Model):
       raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
     check_drafter(target, drafter)
@@ -88,7 +90,8 @@ class Engine:
       raise ValueError("round_costs are the adaptive policy's (k='auto'); this engine runs a fixed K")
     self._slots = Slots(target, drafter.params() if drafter is not None else (), slots=slots, rounds=rounds_per_step,
                         size=self.size, seed=seed, drafted_k=drafted_k, metrics=self.metrics, lock=self._cond,
-                        shrink_after=shrink_after, round_costs=round_costs, calibration_context=calibration_context)
+                        shrink_after=shrink_after, round_costs=round_costs, calibration_context=calibration_context,
+                        served_costs=served_costs)
     self._thread: threading.Thread | None = None
     self._stopping = threading.Event()
     self._paused = False
@@ -204,7 +207,7 @@ class Engine:
   def warmup(self, samplings=(GREEDY,), prompt_lengths=(1,), all_buckets: bool = True) -> None:
     """Compiles the programs of these sampling settings and prompt lengths' buckets with throwaway requests (the
     engine stepped here: call before `start`), with all_buckets the step programs at every row bucket too (and the
-    adaptive policy's round costs there), then zeroes the metrics."""
+    adaptive policy's round costs there), then zeroes the metrics and the served steps' times."""
     for sampling in samplings:
       for length in prompt_lengths:
         request = Request((0,) * length, max_tokens=min(2, self.max_model_len - length), sampling=sampling)
@@ -215,11 +218,17 @@ class Engine:
         with self._step_lock:
           self._slots.prepare(self._specs[request.group])
     self.metrics.reset()
+    self._slots.served.clear()
 
   @property
   def round_costs(self) -> dict[int, list[float]]:
-    """The adaptive policy's measured round cost per branch at each row bucket ({} for a fixed K)."""
+    """The adaptive policy's round cost per branch at each row bucket, as measured at warmup ({} for a fixed K)."""
     return self._slots.costs.table()
+
+  @property
+  def served_round_ms(self) -> dict[int, dict[int, float]]:
+    """Milliseconds per round of the served steps, by row bucket and K (the last few steps' median)."""
+    return self._slots.served.table()
 
   # ---- the engine's thread -------------------------------------------------------------------------------------
 

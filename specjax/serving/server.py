@@ -332,6 +332,7 @@ def run(config) -> None:
     server.run()
   finally:
     counters = engine.metrics.snapshot()
+    print(f"served milliseconds per round by rows and K: {engine.served_round_ms}", flush=True)
     print(f"shut down: {sum(counters.finished.values())} requests served "
           f"({', '.join(f'{n} {reason}' for reason, n in sorted(counters.finished.items())) or 'none'})", flush=True)
 

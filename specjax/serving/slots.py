@@ -60,7 +60,7 @@ class Slots:
 
   def __init__(self, target, drafter_params, *, slots: int, rounds: int, size: int, seed: int, drafted_k: int,
                metrics: EngineMetrics, lock: threading.Condition, shrink_after: int = 4, round_costs=None,
-               calibration_context: int = 512):
+               calibration_context: int = 512, served_costs: bool = True):
     self.target, self.drafter_params = target, drafter_params
     self.slots, self.rounds, self.size, self.seed, self.drafted_k = slots, rounds, size, seed, drafted_k
     self.metrics, self.lock, self.shrink_after = metrics, lock, shrink_after
@@ -69,6 +69,9 @@ class Slots:
     self.table: list[Running | None] = [None] * slots
     self.max_new_S = np.zeros((slots,), np.int32)
     self.costs = calibration.BucketCosts(round_costs)
+    self.served = calibration.ServedCosts()   # every step's time; the policy's costs follow it if served_costs
+    self.served_costs = served_costs
+    self.clock = time.perf_counter            # what times the steps
     self.speculation = None      # the adaptive policy's StepPolicy (K = 'auto'), made at its first step
     self.state = None            # the persistent DecodeState of `capacity` rows, built at the first admission
     self.blank = None            # a done one-token row: what new rows start as
@@ -178,8 +181,9 @@ class Slots:
     self._filled = {}   # the calibration row's caches are not kept while serving
 
   def round_costs(self, spec: DecodeSpec, bucket: int) -> np.ndarray:
-    """An adaptive spec's round cost per K at this row bucket (measured at the first need)."""
-    return self.costs.get(spec, bucket, lambda: calibration.measure(self, spec, bucket))
+    """An adaptive spec's round cost per K at this row bucket (measured at the first need, then as served)."""
+    prior_N = self.costs.get(spec, bucket, lambda: calibration.measure(self, spec, bucket))
+    return self.served.relative(bucket, spec.k.branch_ks, prior_N) if self.served_costs else prior_N
 
   def _step_k(self, spec: DecodeSpec, rows: list[int]) -> int | None:
     """The K of this step: the adaptive policy's choice at the current bucket's costs; None for a fixed-K spec."""
@@ -188,7 +192,8 @@ class Slots:
     if self.speculation is None:
       self.speculation = StepPolicy(spec.k)
     tokens_left = max(int(self.max_new_S[s]) - self.table[s].completion_tokens for s in rows)
-    return self.speculation.choose(self.round_costs(spec, self.capacity), tokens_left)
+    return self.speculation.choose(self.round_costs(spec, self.capacity), tokens_left,
+                                   measure_ar=self.served_costs and self.served.stale(self.capacity))
 
   def admit(self, handle: RequestHandle, slot: int, spec: DecodeSpec) -> None:
     """Prefills `handle`'s request alone, delivers its first token and puts its row into `slot`."""
@@ -232,6 +237,7 @@ class Slots:
       spec = specs[group]
       params = params_for(self.target, spec)
       k = self._step_k(spec, rows)
+      start = self.clock()
       self._catch_up(spec, k, rows)
       self.state = programs.step_program(params, self.drafter_params, self.state, active_S,
                                          self.max_new_S[:capacity].copy(), spec=spec, rounds=self.rounds,
@@ -239,6 +245,7 @@ class Slots:
       s = self.state
       tokens_SxL, seq_len_S, done_S, accepted_RxS, k_R, rounds = jax.device_get(
           (s.tokens_BxS, s.seq_len_B, s.done_B, s.accepted_RxB, s.k_R, s.round))
+      self.served.observe(capacity, self.drafted_k if k is None else k, self.clock() - start, int(rounds))
       self.metrics.add(steps=1)
       if k is not None:
         self.speculation.observe(accepted_RxS[:rounds, rows], k_R[:rounds])

@@ -1,8 +1,8 @@
 """The serving engine's adaptive K: `specjax.policy`'s rule, applied on the host once per step.
 
 Each step runs one fixed-K program (K in the policy's branches, 0 = autoregressive with the drafter kept in step),
-picked by `choose_branch` from the acceptance estimate and the round costs measured at the current row bucket
-(`specjax.serving.calibration`); the step's rounds are folded into the estimate by `update_policy_state`, round by
+picked by `choose_branch` from the acceptance estimate and the round costs at the current row bucket (measured at
+warmup, then as served: `specjax.serving.calibration`); the step's rounds are folded into the estimate by `update_policy_state`, round by
 round, as the compiled adaptive loop of `generate` does. Deciding per step instead of per round keeps every step a
 plain fixed-K program: a `lax.switch` over K inside the loop costs a K=4 round of SmolLM2 about 50 ms more at
 max_model_len 2048 (`docs/diagnostics/serving_step_cost.py`)."""
@@ -26,13 +26,15 @@ class StepPolicy:
     self._update = jax.jit(functools.partial(update_policy_state, policy))
     self._branch, self._costs = 0, None   # the last step's branch and round costs (what `observe` folds in)
 
-  def choose(self, round_cost_N, tokens_left: int) -> int:
+  def choose(self, round_cost_N, tokens_left: int, measure_ar: bool = False) -> int:
     """K of the next step at these round costs (one per branch) with `tokens_left` the most any active row still
-    needs."""
+    needs; measure_ar: step autoregressively instead of drafting, so its served cost is measured again."""
     inputs = PolicyInputs.measured(round_cost_N)
     self._costs = inputs.round_cost_N
     # a probe (K_min while autoregression is best) lasts the whole step: R rounds, not one as in `generate`
     self._branch = int(self._choose(self.state, inputs, self.state.rounds, jnp.int32(tokens_left)))
+    if measure_ar:
+      self._branch = 0
     return self.policy.branch_ks[self._branch]
 
   def observe(self, accepted_RxB, k_R) -> None:

@@ -209,7 +209,7 @@ def test_the_adaptive_policy_is_served_exactly_and_sees_the_load(target, expecte
   where verification is dear (2 rows), and greedy tokens exact either way."""
   costs = {1: (1.0, 1.0, 1.0, 1.0), 2: (1.0, 6.0, 7.0, 9.0)}
   engine = Engine(target, drafter=drafters.DraftModel(target), k="auto", slots=2, rounds_per_step=3,
-                  max_model_len=64, round_costs=costs)     # the target as its own draft: every draft accepted
+                  max_model_len=64, round_costs=costs, served_costs=False)   # the target as its own draft
   alone = engine.submit(Request(*REQUESTS[0], GREEDY))
   _run_until_finished(engine, [alone])
   pair = [engine.submit(Request(REQUESTS[i][0], 9, GREEDY)) for i in (1, 3)]   # both active until the end
@@ -229,7 +229,7 @@ def test_autoregressive_steps_leave_the_drafter_behind_and_it_catches_up(target,
   costs = {1: (1.0, 2.2, 3.5, 5.5), 2: (1.0, 2.2, 3.5, 5.5)}   # no K pays even when every draft is accepted
   policy = specjax.SpeculationPolicy(probe_budget=1.0, probe_interval=2)   # so it probes every 2 rounds
   engine = Engine(target, drafter=drafters.DraftModel(target), k=policy, slots=2, rounds_per_step=2,
-                  max_model_len=64, round_costs=costs)
+                  max_model_len=64, round_costs=costs, served_costs=False)
   first = engine.submit(Request(*REQUESTS[1], GREEDY))
   for _ in range(3):
     engine.step()
@@ -240,6 +240,34 @@ def test_autoregressive_steps_leave_the_drafter_behind_and_it_catches_up(target,
   assert engine.metrics.snapshot().catch_ups >= 2
   for r in results:
     assert r.stats.draft_tokens >= 2 and r.stats.accepted_tokens == r.stats.draft_tokens
+
+
+def test_the_adaptive_policy_follows_the_round_costs_as_served(target, expected, monkeypatch):
+  """Warmup said a round costs a step at any K; served, a drafting round takes 10 times an autoregressive one (a
+  clock that says so): the policy times an autoregressive step first, drafts once at K=4, then stops drafting.
+  With the warmup's costs alone it would draft to the end."""
+  from specjax.serving import programs
+  clock, step_program = [0.0], programs.step_program
+
+  def timed_step(*args, k=None, **kwargs):
+    out = step_program(*args, k=k, **kwargs)
+    clock[0] += int(out.round) * (0.001 if k == 0 else 0.010)
+    return out
+
+  monkeypatch.setattr(programs, "step_program", timed_step)
+  for served_costs in (True, False):
+    engine = Engine(target, drafter=drafters.DraftModel(target), k="auto", slots=1, rounds_per_step=2,
+                    max_model_len=64, round_costs={1: (1.0, 1.0, 1.0, 1.0)}, served_costs=served_costs)
+    engine._slots.clock = lambda: clock[0]
+    handle = engine.submit(Request(*REQUESTS[1], GREEDY))
+    _run_until_finished(engine, [handle])
+    result = handle.result(timeout=0)
+    assert result.token_ids == expected[1]
+    if served_costs:
+      assert result.stats.draft_tokens == 4 * 2    # one step of 2 rounds at K=4
+      assert engine.served_round_ms == {1: {0: 1.0, 4: 10.0}}
+    else:                                          # K=1 first, then K=4 to the end
+      assert result.stats.draft_tokens > 4 * 2 * 2
 
 
 def test_the_adaptive_policy_measures_each_buckets_costs(target):
