@@ -13,7 +13,8 @@ its first probe. While speculation does not pay, it probes with the smallest K s
 match again (e.g. prompt lookup reaching quoted text) is noticed. Probes are spaced so that failed ones cost at
 most `probe_budget` of the autoregressive time: a probe loses cost(K_min) - 1 steps, so the first comes after
 (cost(K_min) - 1) / probe_budget autoregressive rounds (at least `probe_interval`), the spacing doubles after each
-failed probe, and no probe runs once fewer than (cost(K_min) - 1) / probe_budget tokens are left to generate.
+failed probe, and no probe runs once fewer than (cost(K_min) - 1) / probe_budget tokens are left to generate, or
+where no K could pay even with every draft accepted ((K + 1) / cost(K) <= 1 for all K: a large batch).
 """
 
 import dataclasses
@@ -114,12 +115,14 @@ def choose_branch(policy: SpeculationPolicy, pstate: PolicyState, inputs: Policy
   """Index into `policy.branch_ks` for this round; round_index: the rounds run under the policy so far (the first
   one starts small). tokens_left: the most new tokens an active row may still
   produce; a probe is skipped when its cost (cost(K_min) - 1 steps) exceeds probe_budget of that rest too, since a
-  late probe that finds matches has too few tokens left to pay itself back."""
+  late probe that finds matches has too few tokens left to pay itself back. No probe runs where no K could pay
+  even if every draft were accepted."""
   round_cost_N = inputs.round_cost_N
   ks_N = jnp.asarray(policy.branch_ks, jnp.float32)
   value_N = expected_tokens(pstate.alpha, ks_N) / round_cost_N
   best = jnp.argmax(value_N).astype(jnp.int32)
-  probe = (best == 0) & ((pstate.ar_streak >= pstate.interval) | (round_index == 0))
+  could_pay = jnp.max((ks_N[1:] + 1.0) / round_cost_N[1:]) > 1.0   # at full acceptance
+  probe = (best == 0) & could_pay & ((pstate.ar_streak >= pstate.interval) | (round_index == 0))
   if tokens_left is not None:
     probe = probe & (tokens_left * policy.probe_budget >= round_cost_N[1] - 1.0)
   start_small = (round_index == 0) & (best > 0)

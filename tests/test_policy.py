@@ -45,6 +45,9 @@ def test_choice_follows_acceptance_and_cost():
   assert int(choose_branch(POLICY, _state(0.05), dear, 0)) == 1       # ... even when the prior says nothing pays
   assert int(choose_branch(POLICY, _state(0.05), dear, 0, tokens_left=30)) == 0   # unless it exceeds the budget
   assert int(choose_branch(POLICY, _state(0.05, streak=4), dear, 9)) == 1   # probe after `interval` AR rounds
+  hopeless = _inputs([1.0, 2.1, 3.2, 5.5])                           # (K + 1) / cost(K) < 1 for every K
+  assert int(choose_branch(POLICY, _state(0.05, streak=64), hopeless, 9)) == 0   # no probe can find a K that pays
+  assert int(choose_branch(POLICY, _state(0.05), hopeless, 0)) == 0   # not even the first round's
   assert int(choose_branch(POLICY, _state(0.9), _inputs([1.0, 1.1, 1.2, 1.4], forced=2), 5)) == 2
 
 

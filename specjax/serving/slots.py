@@ -190,7 +190,7 @@ class Slots:
     if not spec.adaptive:
       return None
     if self.speculation is None:
-      self.speculation = StepPolicy(spec.k)
+      self.speculation = StepPolicy(spec.k, self.rounds)
     tokens_left = max(int(self.max_new_S[s]) - self.table[s].completion_tokens for s in rows)
     return self.speculation.choose(self.round_costs(spec, self.capacity), tokens_left,
                                    measure_ar=self.served_costs and self.served.stale(self.capacity))

@@ -7,6 +7,7 @@ round, as the compiled adaptive loop of `generate` does. Deciding per step inste
 plain fixed-K program: a `lax.switch` over K inside the loop costs a K=4 round of SmolLM2 about 50 ms more at
 max_model_len 2048 (`docs/diagnostics/serving_step_cost.py`)."""
 
+import dataclasses
 import functools
 
 import jax
@@ -17,13 +18,18 @@ from specjax.policy import PolicyInputs, SpeculationPolicy, choose_branch, init_
 
 
 class StepPolicy:
-  """The policy state across steps; `choose` gives a step's K, `observe` folds its rounds in."""
+  """The policy state across steps; `choose` gives a step's K, `observe` folds its rounds in. A probe lasts a
+  step of `rounds_per_step` rounds, so the probe budget and spacing (counted in rounds) are scaled by it: failed
+  probes still cost at most `probe_budget` of the autoregressive time."""
 
-  def __init__(self, policy: SpeculationPolicy):
+  def __init__(self, policy: SpeculationPolicy, rounds_per_step: int = 1):
     self.policy = policy
-    self.state = init_policy_state(policy)
-    self._choose = jax.jit(functools.partial(choose_branch, policy))
-    self._update = jax.jit(functools.partial(update_policy_state, policy))
+    stepwise = dataclasses.replace(policy, probe_budget=policy.probe_budget / rounds_per_step,
+                                   probe_interval=policy.probe_interval * rounds_per_step,
+                                   max_probe_interval=policy.max_probe_interval * rounds_per_step)
+    self.state = init_policy_state(stepwise)
+    self._choose = jax.jit(functools.partial(choose_branch, stepwise))
+    self._update = jax.jit(functools.partial(update_policy_state, stepwise))
     self._branch, self._costs = 0, None   # the last step's branch and round costs (what `observe` folds in)
 
   def choose(self, round_cost_N, tokens_left: int, measure_ar: bool = False) -> int:
