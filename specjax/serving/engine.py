@@ -291,6 +291,12 @@ class Engine:
     return bool(cancels)
 
   def _admit_waiting(self) -> bool:
+    with self._cond:
+      free = self._slots.free()
+      burst = free[:len(self._waiting)]
+      spec = self._specs[self._waiting[0].request.group] if burst else None
+    if burst:
+      self._slots.grow_to_hold(burst[-1], spec)
     worked = False
     while True:
       with self._cond:

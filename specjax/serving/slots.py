@@ -133,7 +133,10 @@ class Slots:
     self.state = programs.new_state(self._resized(rows, index), self.rounds)
     self.metrics.add(state_resizes=1)
 
-  def _grow_to_hold(self, slot: int, spec: DecodeSpec) -> None:
+  def grow_to_hold(self, slot: int, spec: DecodeSpec) -> None:
+    """The state grows to the row bucket that holds `slot` (at once for a burst of admissions: one resize, not one
+    per bucket on the way, each copying every row)."""
+    self._ensure_blank(spec)
     if slot < self.capacity:
       return
     bucket = programs.bucket_for(slot + 1, self.buckets)
@@ -199,8 +202,7 @@ class Slots:
     """Prefills `handle`'s request alone, delivers its first token and puts its row into `slot`."""
     request, now = handle.request, time.perf_counter()
     n = len(request.prompt_ids)
-    self._ensure_blank(spec)
-    self._grow_to_hold(slot, spec)
+    self.grow_to_hold(slot, spec)
     spec = spec.replace(prompt_bucket=min(prompt_bucket(n), self.size))
     tokens_1xL = np.zeros((1, self.size), np.int32)
     tokens_1xL[0, :n] = request.prompt_ids
