@@ -1,7 +1,8 @@
 """`Engine`: continuous batching with speculative decoding over S decode slots.
 
-A request waits in a bounded queue until a slot is free; it is then prefilled alone (its own compiled program per
-prompt bucket, `programs.admit_program`), its first token is delivered, and its row is inserted into the slot of a
+A request waits in a bounded queue until a slot is free; it is then prefilled, together with the requests admitted
+in the same step that share its sampling group and prompt bucket (`programs.admit_program`, one compiled program per
+row count and prompt bucket), its first token is delivered, and its row is inserted into the slot of a
 persistent DecodeState, which holds the row bucket (1, 2, 4, ..., S rows) the active requests need, so a step
 computes what is served, not S rows. Each host step runs one compiled program that advances every active slot by up
 to R speculative rounds of the engine's own round (`programs.step_program`: ragged acceptance per row, as
@@ -29,7 +30,7 @@ import threading
 import time
 
 from specjax.cache import cache_size
-from specjax.host import MIN_PROMPT_BUCKET, check_drafter, check_k, check_lengths, check_tree
+from specjax.host import MIN_PROMPT_BUCKET, check_drafter, check_k, check_lengths, check_tree, prompt_bucket
 from specjax.model import Model
 from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
@@ -41,6 +42,8 @@ from specjax.spec import DecodeSpec
 log = logging.getLogger(__name__)
 
 GREEDY = SamplingParams(temperature=0.0)
+# The most requests one admission call prefills together (`Engine._admit_waiting`).
+ADMIT_ROWS = 8
 
 
 class Engine:
@@ -291,27 +294,32 @@ class Engine:
     return bool(cancels)
 
   def _admit_waiting(self) -> bool:
+    """Admits waiting requests into the free slots (lowest first, in arrival order): those of one sampling group
+    and prompt bucket are prefilled together, in calls of a power of two rows (at most ADMIT_ROWS: one compiled
+    program per row count), so a burst of arrivals shares its prefill's matmuls."""
     with self._cond:
       free = self._slots.free()
-      burst = free[:len(self._waiting)]
-      spec = self._specs[self._waiting[0].request.group] if burst else None
-    if burst:
-      self._slots.grow_to_hold(burst[-1], spec)
-    worked = False
-    while True:
-      with self._cond:
-        free = self._slots.free()
-        if not free or not self._waiting:
-          return worked
-        handle, slot = self._waiting.popleft(), free[0]
-        spec = self._specs[handle.request.group]
-      try:
-        self._slots.admit(handle, slot, spec)
-      except Exception as error:
-        if not handle.finished:
+      taken = [(self._waiting.popleft(), slot) for slot in free[:len(self._waiting)]]
+      self.metrics.set(waiting=len(self._waiting))
+    if not taken:
+      return False
+    groups: dict[tuple, list] = {}
+    for handle, slot in taken:
+      key = (handle.request.group, prompt_bucket(len(handle.request.prompt_ids)))
+      groups.setdefault(key, []).append((handle, slot))
+    try:
+      self._slots.grow_to_hold(taken[-1][1], self._specs[taken[0][0].request.group])
+      for (group, _), pairs in groups.items():
+        while pairs:
+          rows = min(ADMIT_ROWS, 1 << (len(pairs).bit_length() - 1))
+          self._slots.admit(pairs[:rows], self._specs[group])
+          pairs = pairs[rows:]
+    except Exception as error:
+      for handle, _ in taken:
+        if not handle.finished and self._slots.slot_of(handle) is None:
           self._finish_waiting(handle, "error", error=f"{type(error).__name__}: {error}")
-        raise
-      worked = True
+      raise
+    return True
 
   def _finish_waiting(self, handle: RequestHandle, reason: str, error: str | None = None) -> None:
     now = time.perf_counter() - handle.submitted_at

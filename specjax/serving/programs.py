@@ -1,9 +1,9 @@
 """The serving engine's compiled programs, composed from `specjax.engine`'s phases (no second round, sampling or
 rejection lives here):
 
-- `admit_program`: one request's prefill and its drafter's prefill (batch 1, one compilation per prompt bucket and
-  decode spec), giving the request's row of a DecodeState;
-- `insert_program`: that row written into one row of the persistent DecodeState (buffers donated);
+- `admit_program`: the prefill of requests admitted together and their drafter's (one compilation per row count,
+  prompt bucket and decode spec), giving their rows of a DecodeState;
+- `insert_program`: those rows written into their slots of the persistent DecodeState (buffers donated);
 - `resize_rows`: the persistent state's rows gathered into a state of another size (a row bucket, `row_buckets`),
   so a step computes only as many rows as the active requests need;
 - `catch_up_program`: the drafter takes in the tokens committed while steps ran without it;
@@ -103,12 +103,14 @@ def new_state(rows: dict, rounds: int) -> DecodeState:
 
 
 @functools.partial(jax.jit, static_argnames=("axes",), donate_argnames=("slots",))
-def insert_program(slots: DecodeState, row: dict, slot, *, axes: tuple) -> DecodeState:
-  """`row` (a batch-1 row, `admit_row`) written into slot `slot` of the S-row state."""
-  old = {name: getattr(slots, name) for name in ROW_FIELDS}
-  old_leaves, treedef = jax.tree.flatten(old)
-  new_leaves = [new if axis is None else jax.lax.dynamic_update_slice_in_dim(leaf, new, slot, axis)
-                for leaf, new, axis in zip(old_leaves, jax.tree.leaves(row), axes)]
+def insert_program(slots: DecodeState, rows: dict, slot_N, *, axes: tuple) -> DecodeState:
+  """The N admitted `rows` (`admit_row`) written into slots slot_N of the state."""
+  def put(leaf, new, axis):
+    return leaf.at[(slice(None),) * axis + (slot_N,)].set(new)
+
+  old_leaves, treedef = jax.tree.flatten({name: getattr(slots, name) for name in ROW_FIELDS})
+  new_leaves = [leaf if axis is None else _key_safe(functools.partial(put, axis=axis), leaf, new)
+                for leaf, new, axis in zip(old_leaves, jax.tree.leaves(rows), axes)]
   return slots.replace(**jax.tree.unflatten(treedef, new_leaves))
 
 

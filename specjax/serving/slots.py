@@ -1,7 +1,7 @@
 """`Slots`: the engine's S decode slots. On the device, the persistent DecodeState (as many rows as a bucket of the
 active requests needs); on the host, which request holds each slot, how far its tokens were delivered and its
-record of rounds. It admits a request into a slot (prefill alone, first token delivered, row inserted), advances the
-active slots by one step per sampling group, hands each request its new tokens and frees the slots of finished ones.
+record of rounds. It admits requests into slots (prefilled together, first tokens delivered, rows inserted),
+advances the active slots by one step per sampling group, hands each request its new tokens and frees the slots of finished ones.
 Only the engine's thread calls it; the table changes under the engine's lock, which other threads take to count free
 slots."""
 
@@ -198,31 +198,41 @@ class Slots:
     return self.speculation.choose(self.round_costs(spec, self.capacity), tokens_left,
                                    measure_ar=self.served_costs and self.served.stale(self.capacity))
 
-  def admit(self, handle: RequestHandle, slot: int, spec: DecodeSpec) -> None:
-    """Prefills `handle`'s request alone, delivers its first token and puts its row into `slot`."""
-    request, now = handle.request, time.perf_counter()
-    n = len(request.prompt_ids)
-    self.grow_to_hold(slot, spec)
-    spec = spec.replace(prompt_bucket=min(prompt_bucket(n), self.size))
-    tokens_1xL = np.zeros((1, self.size), np.int32)
-    tokens_1xL[0, :n] = request.prompt_ids
-    seed_key = (jax.random.key(request.seed) if request.seed is not None
-                else jax.random.fold_in(jax.random.key(self.seed), handle.id))
-    params = params_for(self.target, spec)
-    row = programs.admit_program(params, self.drafter_params, tokens_1xL, np.array([n], np.int32),
-                                 np.array([request.max_tokens], np.int32), row_keys(seed_key, 1), spec=spec)
-    self.state = programs.insert_program(self.state, row, np.int32(slot), axes=self.axes)
-    first, done = jax.device_get((row["tokens_BxS"][0, n], row["done_B"][0]))
-    running = Running(handle=handle, seq_len=n + 1, admitted_at=now, first_token_at=time.perf_counter(),
-                      completion_tokens=1)
-    with self.lock:
-      self.table[slot] = running
-      self.max_new_S[slot] = request.max_tokens
-    self.metrics.add(prompt_tokens=n, generation_tokens=1)
-    if done:
-      self.finish(slot, (int(first),), self._stop_reason(request, int(first)))
-    else:
-      deliver(handle, Update((int(first),)))
+  def admit(self, batch: list[tuple[RequestHandle, int]], spec: DecodeSpec) -> None:
+    """Prefills these (request, slot) pairs of one sampling group together (one program call of len(batch) rows, at
+    the bucket of the longest prompt), delivers each first token and puts each row into its slot."""
+    now = time.perf_counter()
+    lengths = [len(handle.request.prompt_ids) for handle, _ in batch]
+    self.grow_to_hold(max(slot for _, slot in batch), spec)
+    spec = spec.replace(prompt_bucket=min(prompt_bucket(max(lengths)), self.size))
+    tokens_NxL = np.zeros((len(batch), self.size), np.int32)
+    for i, (handle, _) in enumerate(batch):
+      tokens_NxL[i, :lengths[i]] = handle.request.prompt_ids
+    keys_N = jax.numpy.concatenate([row_keys(self._seed_key(handle), 1) for handle, _ in batch])
+    rows = programs.admit_program(params_for(self.target, spec), self.drafter_params, tokens_NxL,
+                                  np.asarray(lengths, np.int32),
+                                  np.asarray([handle.request.max_tokens for handle, _ in batch], np.int32), keys_N,
+                                  spec=spec)
+    self.state = programs.insert_program(self.state, rows, np.asarray([slot for _, slot in batch], np.int32),
+                                         axes=self.axes)
+    first_N, done_N = jax.device_get((rows["tokens_BxS"][np.arange(len(batch)), np.asarray(lengths)], rows["done_B"]))
+    first_token_at = time.perf_counter()
+    for (handle, slot), n, first, done in zip(batch, lengths, first_N.tolist(), done_N.tolist()):
+      with self.lock:
+        self.table[slot] = Running(handle=handle, seq_len=n + 1, admitted_at=now, first_token_at=first_token_at,
+                                   completion_tokens=1)
+        self.max_new_S[slot] = handle.request.max_tokens
+      self.metrics.add(prompt_tokens=n, generation_tokens=1)
+      if done:
+        self.finish(slot, (first,), self._stop_reason(handle.request, first))
+      else:
+        deliver(handle, Update((first,)))
+
+  def _seed_key(self, handle: RequestHandle):
+    """A request's own seed, else one drawn from the engine's seed and the request's id."""
+    if handle.request.seed is not None:
+      return jax.random.key(handle.request.seed)
+    return jax.random.fold_in(jax.random.key(self.seed), handle.id)
 
   def advance(self, specs: dict) -> bool:
     """One step program call per sampling group of the active slots (`specs`: group -> its DecodeSpec; with several

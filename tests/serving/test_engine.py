@@ -183,6 +183,32 @@ def test_bounds_and_bad_requests_are_named(target):
     engine.warmup()
 
 
+def test_a_burst_of_admissions_is_prefilled_together(target, expected, monkeypatch):
+  """Requests admitted in one step share their prefill per sampling group and prompt bucket, in calls of a power of
+  two rows; greedy ones still give offline's tokens and a seeded sampled one the tokens it draws when served alone."""
+  from specjax.serving import programs
+  rows, admit_program = [], programs.admit_program
+  monkeypatch.setattr(programs, "admit_program", lambda *args, **kwargs: rows.append(args[2].shape[0]) or
+                      admit_program(*args, **kwargs))
+  sampling = specjax.SamplingParams(temperature=1.5, top_k=8)
+
+  def engine():
+    return Engine(target, drafter=_drafter("draft_model"), k=2, slots=8, rounds_per_step=2, max_model_len=64)
+
+  alone = engine()
+  handle = alone.submit(Request(REQUESTS[4][0], 9, sampling, seed=3))
+  _run_until_finished(alone, [handle])
+  rows.clear()
+  burst = engine()
+  greedy = [burst.submit(Request(*request, GREEDY)) for request in REQUESTS]           # one prompt bucket
+  seeded = [burst.submit(Request(REQUESTS[i][0], 9, sampling, seed=seed)) for i, seed in ((4, 3), (0, 5))]
+  _run_until_finished(burst, greedy + seeded)
+  assert rows == [1, 4, 1, 2]      # the blank row, then the five greedy requests as 4 + 1, the two sampled ones
+  assert [h.result(timeout=0).token_ids for h in greedy] == expected
+  assert seeded[0].result(timeout=0).token_ids == handle.result(timeout=0).token_ids
+  assert burst.free_slots() == 8
+
+
 def test_rows_follow_the_load(target, expected):
   """The state grows to the row bucket the requests need and, once they fit a smaller one, moves the survivors to
   the lowest rows and shrinks: the moved request (and its draft model's cache) still gives offline's tokens."""
