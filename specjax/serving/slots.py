@@ -1,9 +1,9 @@
 """`Slots`: the engine's S decode slots. On the device, the persistent DecodeState (as many rows as a bucket of the
 active requests needs); on the host, which request holds each slot, how far its tokens were delivered and its
 record of rounds. It admits requests into slots (prefilled together, first tokens delivered, rows inserted),
-advances the active slots by one step per sampling group, hands each request its new tokens and frees the slots of finished ones.
-Only the engine's thread calls it; the table changes under the engine's lock, which other threads take to count free
-slots."""
+advances the active slots by one step per sampling group, hands each request its new tokens and frees the slots of
+finished ones. Only the engine's thread calls it; the table changes under the engine's lock, which other threads
+take to count free slots."""
 
 import dataclasses
 import logging

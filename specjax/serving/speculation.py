@@ -1,11 +1,11 @@
 """The serving engine's adaptive K: `specjax.policy`'s rule, applied on the host once per step.
 
-Each step runs one fixed-K program (K in the policy's branches, 0 = autoregressive with the drafter kept in step),
-picked by `choose_branch` from the acceptance estimate and the round costs at the current row bucket (measured at
-warmup, then as served: `specjax.serving.calibration`); the step's rounds are folded into the estimate by `update_policy_state`, round by
-round, as the compiled adaptive loop of `generate` does. Deciding per step instead of per round keeps every step a
-plain fixed-K program: a `lax.switch` over K inside the loop costs a K=4 round of SmolLM2 about 50 ms more at
-max_model_len 2048 (`docs/diagnostics/serving_step_cost.py`)."""
+Each step runs one fixed-K program (K in the policy's branches; at 0 autoregressive, the drafter left behind where
+it can catch up later), picked by `choose_branch` from the acceptance estimate and the round costs at the current
+row bucket (measured at warmup, then as served: `specjax.serving.calibration`); the step's rounds are folded into
+the estimate by `update_policy_state`, round by round, as the compiled adaptive loop of `generate` does. Deciding
+per step instead of per round keeps every step a plain fixed-K program: a `lax.switch` over K inside the loop costs
+a K=4 round of SmolLM2 about 50 ms more at max_model_len 2048 (`docs/diagnostics/serving_step_cost.py`)."""
 
 import dataclasses
 import functools
