@@ -6,7 +6,6 @@ refined by the served steps' own timings (`ServedCosts`): served contexts, admis
 round cost what warmup rows of one length cannot show."""
 
 import collections
-
 import time
 
 import jax

@@ -300,7 +300,6 @@ class Engine:
     with self._cond:
       free = self._slots.free()
       taken = [(self._waiting.popleft(), slot) for slot in free[:len(self._waiting)]]
-      self.metrics.set(waiting=len(self._waiting))
     if not taken:
       return False
     groups: dict[tuple, list] = {}
