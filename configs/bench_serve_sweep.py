@@ -45,6 +45,9 @@ def get_config():
   c.max_prompt_tokens = 0            # token-id prompts cut to this length (0: uncut)
   c.warmup_output_len = 4            # an untimed pass (each prompt once, this many tokens) after each server starts;
                                      # 0 = none (specjax then compiles unseen prompt buckets inside the first cell)
+  c.warmup_prompt_lengths = (33, 65, 129, 257, 513, 1025)  # specjax servers compile these prompt buckets (64 ...
+                                     # 2048 tokens, the suite's 42-1552 in the chat template) at every admission
+                                     # row count at startup, so no cell waits for a compilation
   c.timeout_s = 600.0                # one request's limit
   c.max_cell_s = 1800.0              # one cell's limit (requests left are counted as failed)
   c.startup_timeout_s = 1200.0       # a server's start (load, compile, warm up) until /health answers 200

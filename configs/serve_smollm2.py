@@ -26,6 +26,7 @@ def get_config():
   config.max_sampling_settings = 8     # distinct (temperature, top_k, top_p) settings compiled; beyond, 400
   config.warmup_temperatures = (0.0, 1.0)  # settings compiled before serving (OpenAI's default temperature is 1)
   config.warmup_prompt_lengths = (1,)      # prompt lengths whose buckets (16, 32, ... tokens) are compiled then
+  config.warmup_admit_rows = (1, 2, 4, 8)  # requests prefilled together (each count its own program) compiled then
   config.warmup_all_buckets = True         # compile the step at every row bucket (1, 2, 4, ..., slots) before serving
   config.shutdown_timeout_s = 10       # on SIGTERM, in-flight requests get this long before they are cancelled
   config.log_level = "info"

@@ -12,6 +12,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from specjax.host_memory import relaunch_with_huge_pages  # noqa: E402
+
+if __name__ == "__main__":
+  relaunch_with_huge_pages()   # before jax loads: the server allocates its KV caches again and again
+
 from absl import app  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 

@@ -207,16 +207,19 @@ class Engine:
     finally:
       self.resume()
 
-  def warmup(self, samplings=(GREEDY,), prompt_lengths=(1,), all_buckets: bool = True) -> None:
+  def warmup(self, samplings=(GREEDY,), prompt_lengths=(1,), all_buckets: bool = True, admit_rows=(1,)) -> None:
     """Compiles the programs of these sampling settings and prompt lengths' buckets with throwaway requests (the
-    engine stepped here: call before `start`), with all_buckets the step programs at every row bucket too (and the
+    engine stepped here: call before `start`), admitted together in each of `admit_rows` (a burst of that many is
+    prefilled by one program of its own), with all_buckets the step programs at every row bucket too (and the
     adaptive policy's round costs there), then zeroes the metrics and the served steps' times."""
+    rows_each = sorted({min(max(int(rows), 1), self.slots, ADMIT_ROWS) for rows in admit_rows})
     for sampling in samplings:
       for length in prompt_lengths:
         request = Request((0,) * length, max_tokens=min(2, self.max_model_len - length), sampling=sampling)
-        handle = self.submit(request)
-        while not handle.finished:
-          self.step()
+        for rows in rows_each:
+          handles = [self.submit(request) for _ in range(rows)]
+          while not all(handle.finished for handle in handles):
+            self.step()
       if all_buckets:
         with self._step_lock:
           self._slots.prepare(self._specs[request.group])

@@ -86,11 +86,10 @@ def _key_safe(fn, leaf, *others):
 def resize_rows(rows: dict, blank: dict, index_N, *, axes: tuple) -> dict:
   """Row fields of N rows: row i is rows' row index_N[i], or the blank (batch-1) row where index_N[i] < 0."""
   def gather(leaf, blank_leaf, axis):
-    if axis is None:
-      return leaf
-    count = leaf.shape[axis]
-    source = jnp.concatenate([leaf, blank_leaf], axis=axis)
-    return jnp.take(source, jnp.where(index_N < 0, count, index_N), axis=axis)
+    # row by row: XLA:CPU gathers (jnp.take) element by element, 0.8 s for 16 SmolLM2 rows of 2048 positions
+    rows = [jnp.where(index_N[i] >= 0, jax.lax.dynamic_slice_in_dim(leaf, jnp.maximum(index_N[i], 0), 1, axis),
+                      blank_leaf) for i in range(index_N.shape[0])]
+    return jnp.concatenate(rows, axis=axis)
 
   leaves, treedef = jax.tree.flatten(rows)
   return jax.tree.unflatten(treedef, [leaf if axis is None else _key_safe(functools.partial(gather, axis=axis), leaf, b)

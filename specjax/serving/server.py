@@ -307,7 +307,8 @@ def run(config) -> None:
   engine, name, method = build_engine(config)
   started = time.perf_counter()
   engine.warmup(samplings=tuple(SamplingParams(t) for t in config.warmup_temperatures),
-                prompt_lengths=tuple(config.warmup_prompt_lengths), all_buckets=config.get("warmup_all_buckets", True))
+                prompt_lengths=tuple(config.warmup_prompt_lengths), all_buckets=config.get("warmup_all_buckets", True),
+                admit_rows=tuple(config.get("warmup_admit_rows", (1,))))
   if engine.round_costs:
     print(f"adaptive policy: round cost per K in {engine.k.branch_ks} (autoregressive step = 1) by rows served: "
           f"{engine.round_costs}", flush=True)

@@ -138,7 +138,8 @@ def test_cells_systems_and_command_lines(tmp_path):
   assert command[1].endswith("scripts/serve.py") and command[2].endswith("configs/serve_smollm2.py")
   assert set(command[3:]) == {"--config.slots=16", "--config.drafter=quantized", "--config.draft_model=q4",
                               "--config.adaptive=True", "--config.host=127.0.0.1", "--config.port=8123",
-                              "--config.warmup_temperatures=(0.0,)"}
+                              "--config.warmup_temperatures=(0.0,)",
+                              "--config.warmup_prompt_lengths=(33, 65, 129, 257, 513, 1025)"}
   assert "--config.drafter=" in sweep.command(s, "autoregressive", 1)
   assert servers.flag_value((0.0, 1.0)) == "(0.0, 1.0)" and servers.flag_value(True) == "True"
   files = ("bin/llama-server", "target-f32.gguf", "draft.gguf")
@@ -171,8 +172,8 @@ def test_a_real_sweep_against_tiny_servers(tmp_path):
                    llama_server={"llama-server": 0}, llama_cpp_dir=str(tmp_path / "no-llama"), concurrencies=(1, 2),
                    min_prompts=2, prompts_per_slot=1, categories=("prose", "code"), prompts_per_category=1,
                    output_len=8, ignore_eos=True, endpoint="/v1/completions", token_id_vocab=256, max_prompt_tokens=32,
-                   warmup_output_len=2, goodput=("ttft:60000",), timeout_s=60.0, max_cell_s=120.0,
-                   startup_timeout_s=120.0, stop_timeout_s=20.0)
+                   warmup_output_len=2, warmup_prompt_lengths=(1, 17), goodput=("ttft:60000",), timeout_s=60.0,
+                   max_cell_s=120.0, startup_timeout_s=120.0, stop_timeout_s=20.0)
   lines = []
   results = sweep.run_sweep(config, log=lines.append)
   on_disk = json.load(open(tmp_path / "results.json"))

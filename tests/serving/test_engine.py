@@ -187,9 +187,9 @@ def test_a_burst_of_admissions_is_prefilled_together(target, expected, monkeypat
   """Requests admitted in one step share their prefill per sampling group and prompt bucket, in calls of a power of
   two rows; greedy ones still give offline's tokens and a seeded sampled one the tokens it draws when served alone."""
   from specjax.serving import programs
-  rows, admit_program = [], programs.admit_program
+  rows, widths, admit_program = [], [], programs.admit_program
   monkeypatch.setattr(programs, "admit_program", lambda *args, **kwargs: rows.append(args[2].shape[0]) or
-                      admit_program(*args, **kwargs))
+                      widths.append(args[2].shape[1]) or admit_program(*args, **kwargs))
   sampling = specjax.SamplingParams(temperature=1.5, top_k=8)
 
   def engine():
@@ -199,14 +199,37 @@ def test_a_burst_of_admissions_is_prefilled_together(target, expected, monkeypat
   handle = alone.submit(Request(REQUESTS[4][0], 9, sampling, seed=3))
   _run_until_finished(alone, [handle])
   rows.clear()
+  widths.clear()
   burst = engine()
   greedy = [burst.submit(Request(*request, GREEDY)) for request in REQUESTS]           # one prompt bucket
   seeded = [burst.submit(Request(REQUESTS[i][0], 9, sampling, seed=seed)) for i, seed in ((4, 3), (0, 5))]
   _run_until_finished(burst, greedy + seeded)
   assert rows == [1, 4, 1, 2]      # the blank row, then the five greedy requests as 4 + 1, the two sampled ones
+  assert widths == [burst.size, 32, 32, 32]   # admissions prefill their bucket (16) and first token, not all 128
   assert [h.result(timeout=0).token_ids for h in greedy] == expected
   assert seeded[0].result(timeout=0).token_ids == handle.result(timeout=0).token_ids
   assert burst.free_slots() == 8
+
+
+def test_a_slot_reused_by_a_shorter_request_ignores_what_its_last_one_left(target, expected):
+  """A freed slot keeps the last request's cache entries and tokens past the next one's prompt (admissions write
+  only their own prefix): nothing reads them, so the next request still gives offline's tokens."""
+  engine = Engine(target, drafter=_drafter("draft_model"), k=2, slots=1, rounds_per_step=2, max_model_len=64)
+  first = engine.submit(Request(REQUESTS[2][0], 40, GREEDY, stop_at_eos=False))   # fills positions 0..53
+  second = engine.submit(Request(*REQUESTS[1], GREEDY))                             # admitted at 32 positions
+  _run_until_finished(engine, [first, second])
+  assert len(first.result(timeout=0).token_ids) == 40
+  assert second.result(timeout=0).token_ids == expected[1]
+
+
+def test_warmup_compiles_the_admissions_of_each_burst_size(target):
+  from specjax.serving import programs
+  engine = Engine(target, slots=4, rounds_per_step=2, max_model_len=64)
+  engine.warmup(prompt_lengths=(5,), admit_rows=(1, 2, 4), all_buckets=False)
+  compiled = programs.admit_program._cache_size()
+  burst = [engine.submit(Request(REQUESTS[i][0], 3, GREEDY)) for i in (0, 1, 3, 4)]   # one prompt bucket, 4 rows
+  _run_until_finished(engine, burst)
+  assert programs.admit_program._cache_size() == compiled
 
 
 def test_rows_follow_the_load(target, expected):

@@ -62,7 +62,7 @@ def command(s: dict, name: str, port: int) -> list[str]:
   if name in s["specjax"]:
     # only the sweep's sampling setting is compiled at startup (the server's default warms temperature 1 too)
     overrides = {"slots": sweep_config.slots(s), "warmup_temperatures": (float(s["temperature"]),),
-                 **s["specjax"][name]}
+                 "warmup_prompt_lengths": s["warmup_prompt_lengths"], **s["specjax"][name]}
     return servers.specjax_command(s["serve_config"], overrides, port)
   files = servers.llama_files(s["llama_cpp_dir"], s["serve"]["model"], s["output_dir"])
   ctx = s["llama_ctx_per_slot"] or s["serve"].get("max_model_len") or 2048

@@ -12,7 +12,7 @@ from specjax.benchmark.serving.metrics import parse_goodput
 KEYS = ("output_dir", "systems", "serve_config", "specjax", "llama_server", "baseline", "slots", "concurrencies",
         "request_rates", "min_prompts", "prompts_per_slot", "categories", "prompts_per_category", "output_len",
         "ignore_eos", "endpoint", "temperature", "goodput", "seed", "token_id_vocab", "max_prompt_tokens",
-        "warmup_output_len", "timeout_s", "max_cell_s", "startup_timeout_s", "stop_timeout_s", "llama_cpp_dir",
+        "warmup_output_len", "warmup_prompt_lengths", "timeout_s", "max_cell_s", "startup_timeout_s", "stop_timeout_s", "llama_cpp_dir",
         "llama_cpp_threads", "llama_ctx_per_slot")
 SWEEP_OWNED = ("host", "port")   # set by the sweep for every specjax server
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -92,6 +92,7 @@ def validate(config) -> dict:
                     ("output_len", 0), ("seed", 0), ("token_id_vocab", 0), ("max_prompt_tokens", 0),
                     ("warmup_output_len", 0), ("llama_cpp_threads", 1), ("llama_ctx_per_slot", 0)):
     _ints(name, (c[name],), low)
+  c["warmup_prompt_lengths"] = tuple(_ints("warmup_prompt_lengths", c["warmup_prompt_lengths"], 1))
   if c["slots"] and c["concurrencies"] and c["slots"] < max(c["concurrencies"]):
     raise ValueError(f"config.slots {c['slots']} < the largest concurrency {max(c['concurrencies'])}: "
                      f"requests would queue in the server instead of running together (0 = that concurrency)")
