@@ -104,7 +104,8 @@ def new_state(rows: dict, rounds: int) -> DecodeState:
 @functools.partial(jax.jit, static_argnames=("axes",), donate_argnames=("slots",))
 def insert_program(slots: DecodeState, rows: dict, slot_N, *, axes: tuple) -> DecodeState:
   """The N admitted `rows` (`admit_row`) written into slots slot_N of the state: one in-place row update each (a
-  scatter of N rows runs element by element on XLA's CPU backend, slower than the batched prefill saves)."""
+  scatter of N rows runs element by element on XLA's CPU backend, slower than the batched prefill saves). Rows
+  narrower than the state (`slots.admission_width`) fill their prefix; the slot keeps what lies past it."""
   def put(leaf, new, axis):
     for i in range(new.shape[axis]):
       row = jax.lax.slice_in_dim(new, i, i + 1, axis=axis)

@@ -12,8 +12,8 @@ from specjax.benchmark.serving.metrics import parse_goodput
 KEYS = ("output_dir", "systems", "serve_config", "specjax", "llama_server", "baseline", "slots", "concurrencies",
         "request_rates", "min_prompts", "prompts_per_slot", "categories", "prompts_per_category", "output_len",
         "ignore_eos", "endpoint", "temperature", "goodput", "seed", "token_id_vocab", "max_prompt_tokens",
-        "warmup_output_len", "warmup_prompt_lengths", "timeout_s", "max_cell_s", "startup_timeout_s", "stop_timeout_s", "llama_cpp_dir",
-        "llama_cpp_threads", "llama_ctx_per_slot")
+        "warmup_output_len", "warmup_prompt_lengths", "timeout_s", "max_cell_s", "startup_timeout_s",
+        "stop_timeout_s", "llama_cpp_dir", "llama_cpp_threads", "llama_ctx_per_slot")
 SWEEP_OWNED = ("host", "port")   # set by the sweep for every specjax server
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
