@@ -92,7 +92,7 @@ def validate(config) -> dict:
                     ("output_len", 0), ("seed", 0), ("token_id_vocab", 0), ("max_prompt_tokens", 0),
                     ("warmup_output_len", 0), ("llama_cpp_threads", 1), ("llama_ctx_per_slot", 0)):
     _ints(name, (c[name],), low)
-  c["warmup_prompt_lengths"] = tuple(_ints("warmup_prompt_lengths", c["warmup_prompt_lengths"], 1))
+  c["warmup_prompt_lengths"] = _ints("warmup_prompt_lengths", c["warmup_prompt_lengths"], 1)
   if c["slots"] and c["concurrencies"] and c["slots"] < max(c["concurrencies"]):
     raise ValueError(f"config.slots {c['slots']} < the largest concurrency {max(c['concurrencies'])}: "
                      f"requests would queue in the server instead of running together (0 = that concurrency)")
