@@ -57,12 +57,13 @@ class Engine:
   shrink_after: steps the active requests must fit a smaller row bucket (nobody waiting) before the state shrinks;
   round_costs: {row bucket: round cost per branch of the policy} for K = 'auto', instead of measuring them at
   warmup; calibration_context: the context length (tokens) of the rows those are measured on; served_costs: whether
-  the served steps' own times refine them (`calibration.ServedCosts`; False keeps the warmup's or the given ones)."""
+  the served steps' own times refine them (`calibration.ServedCosts`; False keeps the warmup's or the given ones);
+  spare_states: keep the state of each row bucket once allocated, so resizes copy rows in place (`Slots`)."""
 
   def __init__(self, target: Model, *, drafter=None, k=None, tree=None, slots: int = 4, rounds_per_step: int = 4,
                max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8,
                shrink_after: int = 4, round_costs: dict | None = None, calibration_context: int = 512,
-               served_costs: bool = True):
+               served_costs: bool = True, spare_states: bool = True):
     if not isinstance(target, Model):
       raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
     check_drafter(target, drafter)
@@ -94,7 +95,7 @@ class Engine:
     self._slots = Slots(target, drafter.params() if drafter is not None else (), slots=slots, rounds=rounds_per_step,
                         size=self.size, seed=seed, drafted_k=drafted_k, metrics=self.metrics, lock=self._cond,
                         shrink_after=shrink_after, round_costs=round_costs, calibration_context=calibration_context,
-                        served_costs=served_costs)
+                        served_costs=served_costs, spare_states=spare_states)
     self._thread: threading.Thread | None = None
     self._stopping = threading.Event()
     self._paused = False

@@ -3,9 +3,10 @@ rejection lives here):
 
 - `admit_program`: the prefill of requests admitted together and their drafter's (one compilation per row count,
   prompt bucket and decode spec), giving their rows of a DecodeState;
-- `insert_program`: those rows written into their slots of the persistent DecodeState (buffers donated);
-- `resize_rows`: the persistent state's rows gathered into a state of another size (a row bucket, `row_buckets`),
-  so a step computes only as many rows as the active requests need;
+- `write_rows`: those rows written into their slots of the persistent DecodeState (buffers donated), or its kept
+  rows into a state of another size (a row bucket, `row_buckets`) already allocated, so a step computes only as
+  many rows as the active requests need;
+- `resize_rows`: the same move into a newly allocated state;
 - `catch_up_program`: the drafter takes in the tokens committed while steps ran without it;
 - `step_program`: every active row advanced by up to R rounds of the engine's round (fixed K, a token tree, or, for
   the adaptive policy, the K the host chose for this step: `specjax.serving.speculation`), in one bounded
@@ -29,6 +30,11 @@ from specjax.spec import DecodeSpec
 ROW_FIELDS = ("tokens_BxS", "seq_len_B", "n_new_B", "done_B", "cache", "draft_state", "row_keys_B")
 
 
+def row_fields(state) -> dict:
+  """A state's row fields (`ROW_FIELDS`) by name."""
+  return {name: getattr(state, name) for name in ROW_FIELDS}
+
+
 def admit_row(target_params, drafter_params, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *,
               spec: DecodeSpec) -> dict:
   """The prompt through the target (first token sampled) and the drafter's own prefill: the request's row fields
@@ -37,7 +43,7 @@ def admit_row(target_params, drafter_params, tokens_BxS, prompt_len_B, max_new_B
   with traced(spec, target_params) as target:
     state = prefill(target, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, spec=spec.prefill, max_rounds=1)
     state = init_drafter(spec.drafter, drafter_params, state, prompt_len_B, spec.prompt_bucket)
-  return {name: getattr(state, name) for name in ROW_FIELDS}
+  return row_fields(state)
 
 
 admit_program = jax.jit(admit_row, static_argnames=("spec",))
@@ -102,17 +108,18 @@ def new_state(rows: dict, rounds: int) -> DecodeState:
 
 
 @functools.partial(jax.jit, static_argnames=("axes",), donate_argnames=("slots",))
-def insert_program(slots: DecodeState, rows: dict, slot_N, *, axes: tuple) -> DecodeState:
-  """The N admitted `rows` (`admit_row`) written into slots slot_N of the state: one in-place row update each (a
-  scatter of N rows runs element by element on XLA's CPU backend, slower than the batched prefill saves). Rows
-  narrower than the state (`slots.admission_width`) fill their prefix; the slot keeps what lies past it."""
+def write_rows(slots: DecodeState, rows: dict, from_N, to_N, *, axes: tuple) -> DecodeState:
+  """Row from_N[i] of `rows` (row fields) written over row to_N[i] of the state, in place (buffers donated): one
+  row update each (a scatter of N rows runs element by element on XLA's CPU backend). Admissions write their new
+  rows into their slots; resizes into a state already allocated move the kept rows (`Slots`' spare states). Rows
+  narrower than the state (`slots.admission_width`) fill their prefix; the row keeps what lies past it."""
   def put(leaf, new, axis):
-    for i in range(new.shape[axis]):
-      row = jax.lax.slice_in_dim(new, i, i + 1, axis=axis)
-      leaf = jax.lax.dynamic_update_slice_in_dim(leaf, row, slot_N[i], axis)
+    for i in range(from_N.shape[0]):
+      row = jax.lax.dynamic_slice_in_dim(new, from_N[i], 1, axis=axis)
+      leaf = jax.lax.dynamic_update_slice_in_dim(leaf, row, to_N[i], axis)
     return leaf
 
-  old_leaves, treedef = jax.tree.flatten({name: getattr(slots, name) for name in ROW_FIELDS})
+  old_leaves, treedef = jax.tree.flatten(row_fields(slots))
   new_leaves = [leaf if axis is None else _key_safe(functools.partial(put, axis=axis), leaf, new)
                 for leaf, new, axis in zip(old_leaves, jax.tree.leaves(rows), axes)]
   return slots.replace(**jax.tree.unflatten(treedef, new_leaves))
@@ -177,7 +184,6 @@ def step_program(target_params, drafter_params, slots: DecodeState, active_S, ma
   row_keys_B = jax.vmap(lambda key: jax.random.fold_in(key, rounds + 1))(out.row_keys_B)
   out = out.replace(done_B=jnp.where(active_S, out.done_B, slots.done_B), row_keys_B=row_keys_B)
   if isolate:
-    rows = _select_rows(active_S, {name: getattr(out, name) for name in ROW_FIELDS},
-                        {name: getattr(slots, name) for name in ROW_FIELDS}, axes)
+    rows = _select_rows(active_S, row_fields(out), row_fields(slots), axes)
     out = out.replace(**rows)
   return out

@@ -18,6 +18,7 @@ from specjax.engine.programs import params_for
 from specjax.engine.state import row_keys
 from specjax.host import prompt_bucket
 from specjax.serving import calibration, programs
+from specjax.serving.row_states import RowStates
 from specjax.serving.speculation import StepPolicy
 from specjax.serving.metrics import EngineMetrics
 from specjax.serving.request import Request, RequestHandle, RequestStats, Update
@@ -31,7 +32,7 @@ CATCH_UP_CHUNK = 32
 def admission_width(bucket: int, size: int) -> int:
   """Positions of the rows an admission prefills: its prompt bucket and the first token (at most the slots' size).
   A full-size row would be allocated and written whole per admission (SmolLM2, 2048 positions: 205 ms against 86
-  for a 60-token prompt); `insert_program` writes this prefix into the slot, whose positions beyond it are past the
+  for a 60-token prompt); `programs.write_rows` writes this prefix into the slot, whose positions beyond it are past the
   row's length, where nothing reads (as after a rollback)."""
   return min(cache_size(bucket + 1), size)
 
@@ -58,23 +59,22 @@ class Running:
   draft_lag: int = 0               # tokens committed by steps that left the drafter behind, not yet taken in
 
 
-class Slots:
+class Slots(RowStates):
   """S slots of `size` cache positions; steps of up to `rounds` rounds. `drafted_k`: the draft positions the
   statistics keep (0 without a drafter).
 
-  The device state holds `capacity` rows, a row bucket (`programs.row_buckets`): slot i is row i, requests take the
-  lowest free slot, the state grows to the next bucket when a request needs a row beyond it, and once the active
-  requests fit a smaller bucket for `shrink_after` idle-queue steps they are moved to the lowest rows and the state
-  shrinks. A step's cost follows the requests being served, not S."""
+  The device state (`RowStates`) holds `capacity` rows, a row bucket: slot i is row i, requests take the lowest free
+  slot, the state grows to the next bucket when a request needs a row beyond it, and once the active requests fit a
+  smaller bucket for `shrink_after` idle-queue steps they are moved to the lowest rows and the state shrinks. A
+  step's cost follows the requests being served, not S."""
 
   def __init__(self, target, drafter_params, *, slots: int, rounds: int, size: int, seed: int, drafted_k: int,
                metrics: EngineMetrics, lock: threading.Condition, shrink_after: int = 4, round_costs=None,
-               calibration_context: int = 512, served_costs: bool = True):
-    self.target, self.drafter_params = target, drafter_params
-    self.slots, self.rounds, self.size, self.seed, self.drafted_k = slots, rounds, size, seed, drafted_k
-    self.metrics, self.lock, self.shrink_after = metrics, lock, shrink_after
-    self.calibration_context = calibration_context
-    self.buckets = programs.row_buckets(slots)
+               calibration_context: int = 512, served_costs: bool = True, spare_states: bool = True):
+    super().__init__(target, drafter_params, slots=slots, rounds=rounds, size=size, metrics=metrics,
+                     spare_states=spare_states)
+    self.slots, self.seed, self.drafted_k = slots, seed, drafted_k
+    self.lock, self.shrink_after, self.calibration_context = lock, shrink_after, calibration_context
     self.table: list[Running | None] = [None] * slots
     self.max_new_S = np.zeros((slots,), np.int32)
     self.costs = calibration.BucketCosts(round_costs)
@@ -82,15 +82,7 @@ class Slots:
     self.served_costs = served_costs
     self.clock = time.perf_counter            # what times the steps
     self.speculation = None      # the adaptive policy's StepPolicy (K = 'auto'), made at its first step
-    self.state = None            # the persistent DecodeState of `capacity` rows, built at the first admission
-    self.blank = None            # a done one-token row: what new rows start as
-    self.axes = None
     self._shrink_streak = 0
-    self._filled = {}            # the calibration row (while calibrating), by (spec, context)
-
-  @property
-  def capacity(self) -> int:
-    return 0 if self.state is None else int(self.state.seq_len_B.shape[0])
 
   def free(self) -> list[int]:
     """Free slots (call under the lock)."""
@@ -98,58 +90,6 @@ class Slots:
 
   def slot_of(self, handle: RequestHandle) -> int | None:
     return next((s for s, r in enumerate(self.table) if r is not None and r.handle is handle), None)
-
-  def _ensure_blank(self, spec: DecodeSpec) -> None:
-    """The blank row (a throwaway one-token admission, done) and every row leaf's batch axis."""
-    if self.blank is not None:
-      return
-    key = jax.random.key(0)
-    params = params_for(self.target, spec)
-    self.axes = programs.row_axes(params, self.drafter_params, self.size, key, spec=spec)
-    tokens_1xL = np.zeros((1, self.size), np.int32)
-    self.blank = programs.admit_program(params, self.drafter_params, tokens_1xL, np.ones((1,), np.int32),
-                                        np.ones((1,), np.int32), row_keys(key, 1), spec=spec)
-
-  def blank_state(self, rows: int, spec: DecodeSpec):
-    """A state of `rows` blank rows (calibration and compilation run on it)."""
-    self._ensure_blank(spec)
-    return programs.new_state(self._resized(self.blank, [-1] * rows), self.rounds)
-
-  def filled_state(self, rows: int, spec: DecodeSpec, context: int):
-    """A state of `rows` copies of one row whose prompt is `context` tokens (target and drafter caches filled that
-    far): what a step costs on rows of that context, for calibration."""
-    self._ensure_blank(spec)
-    context = max(1, min(context, self.size // 2))
-    if (spec, context) not in self._filled:
-      tokens_1xL = np.zeros((1, self.size), np.int32)
-      tokens_1xL[0, :context] = 1 + np.arange(context) % (self.target.config.vocab_size - 1)   # not one token repeated
-      self._filled = {(spec, context): programs.admit_program(
-          params_for(self.target, spec), self.drafter_params, tokens_1xL, np.array([context], np.int32),
-          np.array([self.size - context - 1], np.int32), row_keys(jax.random.key(0), 1),
-          spec=spec.replace(prompt_bucket=min(prompt_bucket(context), self.size)))}
-    return programs.new_state(self._resized(self._filled[(spec, context)], [0] * rows), self.rounds)
-
-  def _resized(self, rows: dict, index: list[int]) -> dict:
-    return programs.resize_rows(rows, self.blank, np.asarray(index, np.int32), axes=self.axes)
-
-  def _resize(self, index: list[int], spec: DecodeSpec | None) -> None:
-    """The state becomes len(index) rows: row i is the old row index[i] (blank where -1)."""
-    if self.state is None:
-      self.state = self.blank_state(len(index), spec)
-      return
-    rows = {name: getattr(self.state, name) for name in programs.ROW_FIELDS}
-    self.state = None   # the old rows go as soon as the new ones exist
-    self.state = programs.new_state(self._resized(rows, index), self.rounds)
-    self.metrics.add(state_resizes=1)
-
-  def grow_to_hold(self, slot: int, spec: DecodeSpec) -> None:
-    """The state grows to the row bucket that holds `slot` (at once for a burst of admissions: one resize, not one
-    per bucket on the way, each copying every row)."""
-    self._ensure_blank(spec)
-    if slot < self.capacity:
-      return
-    bucket = programs.bucket_for(slot + 1, self.buckets)
-    self._resize(list(range(self.capacity)) + [-1] * (bucket - self.capacity), spec)
 
   def shrink(self, waiting: bool) -> bool:
     """After a step: once the active requests have fit a smaller bucket for `shrink_after` steps with nobody
@@ -172,10 +112,6 @@ class Slots:
     self._resize(active + [-1] * (bucket - len(active)), None)
     return True
 
-  def reset(self) -> None:
-    """Forgets the device state (after a failed program: its donated buffers may be gone)."""
-    self.state = None
-
   def prepare(self, spec: DecodeSpec) -> None:
     """Compiles `spec`'s step programs at every row bucket (for the adaptive policy, one per K and the drafter's
     catch-up, and measures its round costs there), so no request waits for a compilation later."""
@@ -189,8 +125,11 @@ class Slots:
       state = self.blank_state(bucket, spec)
       jax.block_until_ready(programs.step_program(
           params_for(self.target, spec), self.drafter_params, state, np.zeros((bucket,), bool),
-          np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False, axes=self.axes).round)
+          np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False, axes=self.axes,
+          k=None).round)   # k passed as `advance` passes it: jit keys on the keywords given, defaults apart
     self._filled = {}   # the calibration row's caches are not kept while serving
+    if not any(self.table):
+      self.prepare_spares(spec)
 
   def round_costs(self, spec: DecodeSpec, bucket: int) -> np.ndarray:
     """An adaptive spec's round cost per K at this row bucket (measured at the first need, then as served)."""
@@ -222,8 +161,8 @@ class Slots:
                                   np.asarray(lengths, np.int32),
                                   np.asarray([handle.request.max_tokens for handle, _ in batch], np.int32), keys_N,
                                   spec=spec)
-    self.state = programs.insert_program(self.state, rows, np.asarray([slot for _, slot in batch], np.int32),
-                                         axes=self.axes)
+    self.state = programs.write_rows(self.state, rows, np.arange(len(batch), dtype=np.int32),
+                                     np.asarray([slot for _, slot in batch], np.int32), axes=self.axes)
     first_N, done_N = jax.device_get((rows["tokens_BxS"][np.arange(len(batch)), np.asarray(lengths)], rows["done_B"]))
     first_token_at = time.perf_counter()
     for (handle, slot), n, first, done in zip(batch, lengths, first_N.tolist(), done_N.tolist()):

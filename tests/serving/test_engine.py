@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
 import specjax
@@ -232,11 +233,26 @@ def test_warmup_compiles_the_admissions_of_each_burst_size(target):
   assert programs.admit_program._cache_size() == compiled
 
 
-def test_rows_follow_the_load(target, expected):
+def test_warmup_compiles_the_step_of_every_row_bucket(target):
+  """The warmup serves one request at a time (1 row); the steps of the larger row buckets a burst needs were
+  compiled by `all_buckets` as serving calls them (a burst compiles none)."""
+  from specjax.serving import programs
+  engine = Engine(target, slots=4, rounds_per_step=3, max_model_len=48)   # shapes of this test alone
+  engine.warmup(prompt_lengths=(5,))
+  compiled = programs.step_program._cache_size()
+  burst = [engine.submit(Request(REQUESTS[i][0], 3, GREEDY)) for i in (0, 1, 3, 4)]
+  engine.step()
+  assert engine.metrics.snapshot().state_rows == 4
+  _run_until_finished(engine, burst)
+  assert programs.step_program._cache_size() == compiled
+
+
+@pytest.mark.parametrize("spare_states", [True, False])
+def test_rows_follow_the_load(target, expected, spare_states):
   """The state grows to the row bucket the requests need and, once they fit a smaller one, moves the survivors to
   the lowest rows and shrinks: the moved request (and its draft model's cache) still gives offline's tokens."""
   engine = Engine(target, drafter=_drafter("draft_model"), k=2, slots=4, rounds_per_step=2, max_model_len=64,
-                  shrink_after=2)
+                  shrink_after=2, spare_states=spare_states)
   short = [engine.submit(Request(REQUESTS[i][0], 4, GREEDY)) for i in (0, 1)]
   engine.step()   # a burst of two admissions: the state is made at 2 rows at once, not grown 1 -> 2
   assert engine.metrics.snapshot().state_rows == 2 and engine.metrics.snapshot().state_resizes == 0
@@ -251,6 +267,35 @@ def test_rows_follow_the_load(target, expected):
   assert long.result(timeout=0).token_ids == expected[2]
   assert [h.result(timeout=0).token_ids for h in short] == [expected[i][:4] for i in (0, 1)]
   assert engine.metrics.snapshot().state_resizes == 2 and engine.free_slots() == 4   # 2 -> 4 -> 1 rows
+  assert sorted(engine._slots.spare) == ([2, 4] if spare_states else [])
+
+
+def _buffer(state):
+  return jax.tree.leaves(state.cache)[0].unsafe_buffer_pointer()
+
+
+def test_resizes_write_into_the_states_they_left(target, expected):
+  """Warmup makes a state of every row bucket and runs the moves between them; serving then resizes into those
+  buffers (no state allocated, no program compiled), and requests in rows that held others' tokens still give
+  offline's tokens."""
+  from specjax.serving import programs
+  engine = Engine(target, drafter=_drafter("draft_model"), k=2, slots=4, rounds_per_step=2, max_model_len=64,
+                  shrink_after=1)
+  engine.warmup(prompt_lengths=(8, 14))
+  assert sorted(engine._slots.spare) == [b for b in (1, 2, 4) if b != engine._slots.capacity]
+  buffer_4, allocations = _buffer(engine._slots.spare[4]), programs.resize_rows._cache_size()
+  for n, burst in enumerate(((0, 1, 2), (2, 0, 4))):   # 3 rows (4-row state), then back to 1 row, then 3 rows again
+    if n:
+      writes = programs.write_rows._cache_size()   # the first burst's admissions compiled their own writes
+    handles = [engine.submit(Request(*REQUESTS[i], GREEDY)) for i in burst]
+    engine.step()
+    assert engine._slots.capacity == 4 and _buffer(engine._slots.state) == buffer_4
+    _run_until_finished(engine, handles)
+    assert [h.result(timeout=0).token_ids for h in handles] == [expected[i] for i in burst]
+    for _ in range(2):
+      engine.step()
+    assert engine._slots.capacity == 1
+  assert programs.write_rows._cache_size() == writes and programs.resize_rows._cache_size() == allocations
 
 
 def test_the_adaptive_policy_is_served_exactly_and_sees_the_load(target, expected):
