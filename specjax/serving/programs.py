@@ -111,7 +111,7 @@ def new_state(rows: dict, rounds: int) -> DecodeState:
 def write_rows(slots: DecodeState, rows: dict, from_N, to_N, *, axes: tuple) -> DecodeState:
   """Row from_N[i] of `rows` (row fields) written over row to_N[i] of the state, in place (buffers donated): one
   row update each (a scatter of N rows runs element by element on XLA's CPU backend). Admissions write their new
-  rows into their slots; resizes into a state already allocated move the kept rows (`Slots`' spare states). Rows
+  rows into their slots; resizes into a state already allocated move the kept rows (`RowStates`' spare states). Rows
   narrower than the state (`slots.admission_width`) fill their prefix; the row keeps what lies past it."""
   def put(leaf, new, axis):
     for i in range(from_N.shape[0]):

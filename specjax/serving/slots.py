@@ -128,8 +128,6 @@ class Slots(RowStates):
           np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False, axes=self.axes,
           k=None).round)   # k passed as `advance` passes it: jit keys on the keywords given, defaults apart
     self._filled = {}   # the calibration row's caches are not kept while serving
-    if not any(self.table):
-      self.prepare_spares(spec)
 
   def round_costs(self, spec: DecodeSpec, bucket: int) -> np.ndarray:
     """An adaptive spec's round cost per K at this row bucket (measured at the first need, then as served)."""
