@@ -7,13 +7,34 @@ kernels never share a cache entry.
 """
 
 import dataclasses
+import functools
 from typing import Any
 
 from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
 
 
-@dataclasses.dataclass(frozen=True)
+CACHED = ("_hash", "target", "prefill")   # kept per object, never copied or pickled (hashes differ by process)
+
+
+def spec_dataclass(cls):
+  """A frozen dataclass whose hash is computed at the first call and kept: a spec is hashed on every program call
+  (jit's static arguments, the engine's per-spec tables), and hashing the NNX graphs it holds takes milliseconds."""
+  cls = dataclasses.dataclass(frozen=True)(cls)
+
+  def __hash__(self):
+    if "_hash" not in self.__dict__:
+      self.__dict__["_hash"] = hash((cls,) + tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+    return self.__dict__["_hash"]
+
+  def __getstate__(self):
+    return {name: value for name, value in self.__dict__.items() if name not in CACHED}
+
+  cls.__hash__, cls.__getstate__ = __hash__, __getstate__
+  return cls
+
+
+@spec_dataclass
 class TargetSpec:
   """What the target's scoring call alone depends on: its graph, the mesh and kernel routing."""
 
@@ -26,7 +47,7 @@ class TargetSpec:
       raise ValueError("the CPU kernels have no partitioning rule: a spec with a mesh needs kernels=False")
 
 
-@dataclasses.dataclass(frozen=True)
+@spec_dataclass
 class PrefillSpec:
   """What the prefill program's trace depends on."""
 
@@ -46,12 +67,12 @@ class PrefillSpec:
       raise ValueError(f"prompt_bucket must be >= 1, got {self.prompt_bucket}")
     self.target  # validates mesh and kernels
 
-  @property
+  @functools.cached_property
   def target(self) -> TargetSpec:
     return TargetSpec(graphdef=self.graphdef, mesh=self.mesh, kernels=self.kernels)
 
 
-@dataclasses.dataclass(frozen=True)
+@spec_dataclass
 class DecodeSpec:
   """What the decode program's trace depends on: the target graph, the drafter (a static, hashable object), the
   sampling setting, K (0 = autoregressive, an int, or a SpeculationPolicy that picks K per round), EOS ids, the
@@ -98,11 +119,11 @@ class DecodeSpec:
   def feature_layers(self):
     return None if self.drafter is None else self.drafter.feature_layers
 
-  @property
+  @functools.cached_property
   def target(self) -> TargetSpec:
     return TargetSpec(graphdef=self.graphdef, mesh=self.mesh, kernels=self.kernels)
 
-  @property
+  @functools.cached_property
   def prefill(self) -> PrefillSpec:
     return PrefillSpec(graphdef=self.graphdef, sampling=self.sampling, eos_ids=self.eos_ids,
                        prompt_bucket=self.prompt_bucket, mesh=self.mesh, kernels=self.kernels,

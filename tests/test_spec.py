@@ -36,6 +36,25 @@ def test_specs_are_hashable_and_equal_by_value(target):
   assert _spec(target).prefill == _spec(target, drafter=None, k=0).prefill == _spec(target, k=1).prefill
 
 
+def test_a_spec_hashes_its_graph_once_and_copies_keep_no_cached_hash(target, monkeypatch):
+  """Every program call hashes its spec (jit's static arguments); the graphs in it are hashed once per spec. A
+  copy or pickle carries no hash of this process (string hashes differ between processes)."""
+  import copy
+  import pickle
+  spec = _spec(target)
+  first = hash(spec)
+  graph_hashes = []
+  graph_type = type(target.graphdef)
+  monkeypatch.setattr(graph_type, "__hash__", lambda self: graph_hashes.append(1) or 7)
+  assert hash(spec) == first and hash(spec.target) == hash(spec.target) and graph_hashes == [1]   # target's own
+  assert spec.target is spec.target and spec.prefill is spec.prefill
+  monkeypatch.undo()
+  for twin in (copy.copy(spec), pickle.loads(pickle.dumps(spec.replace(drafter=None, k=0)))):
+    assert "_hash" not in twin.__dict__ and "target" not in twin.__dict__
+  assert copy.copy(spec) == spec and hash(copy.copy(spec)) == first
+  assert spec.replace(k=2) != spec and hash(spec.replace(k=2)) != first
+
+
 @pytest.mark.parametrize("changes,match", [
     (dict(drafter=None, k=4), "needs a drafter"),
     (dict(drafter=None, k=SpeculationPolicy()), "needs a drafter"),

@@ -20,7 +20,9 @@ REPEATS = 3
 
 class BucketCosts:
   """Round costs per (spec, row bucket), measured once; `known` ({bucket: costs per branch}) is taken as measured
-  for every spec."""
+  for every spec, and so is the first spec's measurement for the others with its K branches (sampling settings):
+  a round runs the same passes whatever the sampling, and the served steps refine each spec's costs. Measuring a
+  new setting again would stall every request for its compilations and timings (minutes at 16 slots here)."""
 
   def __init__(self, known: dict | None = None):
     self._known = {int(b): np.asarray(c, np.float32) for b, c in (known or {}).items()}
@@ -29,7 +31,9 @@ class BucketCosts:
   def get(self, spec: DecodeSpec, bucket: int, measure) -> np.ndarray:
     key = (spec, bucket)
     if key not in self._costs:
-      costs = self._known[bucket] if bucket in self._known else np.asarray(measure(), np.float32)
+      same_ks = [c for (other, b), c in self._costs.items() if b == bucket and other.k == spec.k]
+      costs = self._known.get(bucket, same_ks[0] if same_ks else None)
+      costs = np.asarray(measure(), np.float32) if costs is None else costs
       if costs.shape != (len(spec.k.branch_ks),) or not np.all(costs > 0):
         raise ValueError(f"round costs at {bucket} rows must be {len(spec.k.branch_ks)} positive numbers (one per "
                          f"K in {spec.k.branch_ks}), got {costs.tolist()}")

@@ -114,19 +114,18 @@ class Slots(RowStates):
 
   def prepare(self, spec: DecodeSpec) -> None:
     """Compiles `spec`'s step programs at every row bucket (for the adaptive policy, one per K and the drafter's
-    catch-up, and measures its round costs there), so no request waits for a compilation later."""
+    catch-up, and its round costs there, measured by the first spec), so no request waits for a compilation later."""
     for bucket in self.buckets:
       if spec.adaptive:
         self.round_costs(spec, bucket)
         if programs.drafter_left_behind(spec, 0):
           jax.block_until_ready(programs.catch_up_program(self.drafter_params, self.blank_state(bucket, spec), np.zeros(
               (bucket,), np.int32), spec=spec, chunk=CATCH_UP_CHUNK).seq_len_B)
-        continue
-      state = self.blank_state(bucket, spec)
-      jax.block_until_ready(programs.step_program(
-          params_for(self.target, spec), self.drafter_params, state, np.zeros((bucket,), bool),
-          np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False, axes=self.axes,
-          k=None).round)   # k passed as `advance` passes it: jit keys on the keywords given, defaults apart
+      for k in spec.k.branch_ks if spec.adaptive else (None,):   # None passed as `advance` passes it: jit keys on
+        jax.block_until_ready(programs.step_program(              # the keywords given, defaults apart
+            params_for(self.target, spec), self.drafter_params, self.blank_state(bucket, spec),
+            np.zeros((bucket,), bool), np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False,
+            axes=self.axes, k=k).round)
     self._filled = {}   # the calibration row's caches are not kept while serving
 
   def round_costs(self, spec: DecodeSpec, bucket: int) -> np.ndarray:

@@ -376,6 +376,27 @@ def test_the_adaptive_policy_measures_each_buckets_costs(target):
     assert len(branch_costs) == 4 and branch_costs[0] == 1.0 and all(0 < c < 50 for c in branch_costs)
 
 
+def test_a_second_sampling_setting_takes_the_measured_costs_and_compiles_at_warmup(target, monkeypatch):
+  """The costs are measured once per bucket, for the first sampling setting; a second one warmed takes them and
+  still has every K's step compiled at warmup; one never warmed takes them too instead of stalling the engine to
+  measure (and compile every K) while serving."""
+  from specjax.serving import calibration, programs
+  measured, measure = [], calibration.measure
+  monkeypatch.setattr(calibration, "measure", lambda slots, spec, bucket: measured.append(bucket) or measure(
+      slots, spec, bucket))
+  engine = Engine(target, drafter=drafters.PromptLookup(max_ngram=3), k="auto", slots=2, rounds_per_step=2,
+                  max_model_len=48)   # shapes of this test alone
+  engine.warmup(samplings=(GREEDY, specjax.SamplingParams(1.0)), prompt_lengths=(5,))
+  assert measured == [1, 2]
+  compiled = programs.step_program._cache_size()
+  burst = [engine.submit(Request(REQUESTS[i][0], 5, specjax.SamplingParams(1.0), seed=i)) for i in (0, 1)]
+  _run_until_finished(engine, burst)
+  assert programs.step_program._cache_size() == compiled
+  late = engine.submit(Request(REQUESTS[3][0], 4, specjax.SamplingParams(0.7)))
+  _run_until_finished(engine, [late])
+  assert measured == [1, 2] and late.result(timeout=0).stats.completion_tokens == 4
+
+
 def test_engine_thread_serves_and_stops(target, expected):
   engine = Engine(target, drafter=drafters.PromptLookup(), k=3, slots=2, rounds_per_step=2, max_model_len=64).start()
   try:
