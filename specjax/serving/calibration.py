@@ -31,8 +31,8 @@ class BucketCosts:
   def get(self, spec: DecodeSpec, bucket: int, measure) -> np.ndarray:
     key = (spec, bucket)
     if key not in self._costs:
-      same_ks = [c for (other, b), c in self._costs.items() if b == bucket and other.k == spec.k]
-      costs = self._known.get(bucket, same_ks[0] if same_ks else None)
+      shared = next((c for (other, b), c in self._costs.items() if b == bucket and other.k == spec.k), None)
+      costs = self._known.get(bucket, shared)
       costs = np.asarray(measure(), np.float32) if costs is None else costs
       if costs.shape != (len(spec.k.branch_ks),) or not np.all(costs > 0):
         raise ValueError(f"round costs at {bucket} rows must be {len(spec.k.branch_ks)} positive numbers (one per "

@@ -118,14 +118,15 @@ class Slots(RowStates):
     for bucket in self.buckets:
       if spec.adaptive:
         self.round_costs(spec, bucket)
-        if programs.drafter_left_behind(spec, 0):
-          jax.block_until_ready(programs.catch_up_program(self.drafter_params, self.blank_state(bucket, spec), np.zeros(
-              (bucket,), np.int32), spec=spec, chunk=CATCH_UP_CHUNK).seq_len_B)
+      state = self.blank_state(bucket, spec)   # each program's output (its input donated) is the next one's input
+      if programs.drafter_left_behind(spec, 0):
+        state = programs.catch_up_program(self.drafter_params, state, np.zeros((bucket,), np.int32), spec=spec,
+                                          chunk=CATCH_UP_CHUNK)
       for k in spec.k.branch_ks if spec.adaptive else (None,):   # None passed as `advance` passes it: jit keys on
-        jax.block_until_ready(programs.step_program(              # the keywords given, defaults apart
-            params_for(self.target, spec), self.drafter_params, self.blank_state(bucket, spec),
-            np.zeros((bucket,), bool), np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False,
-            axes=self.axes, k=k).round)
+        state = programs.step_program(                            # the keywords given, defaults apart
+            params_for(self.target, spec), self.drafter_params, state, np.zeros((bucket,), bool),
+            np.zeros((bucket,), np.int32), spec=spec, rounds=self.rounds, isolate=False, axes=self.axes, k=k)
+      jax.block_until_ready(state)
     self._filled = {}   # the calibration row's caches are not kept while serving
 
   def round_costs(self, spec: DecodeSpec, bucket: int) -> np.ndarray:
