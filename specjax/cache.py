@@ -71,6 +71,11 @@ def attention_block(size: int, query_len: int) -> int:
   return block
 
 
+def cache_layout(config: ModelConfig) -> tuple:
+  """What a cache's shape and dtype take from its model: models of one layout can draft in one cache."""
+  return config.n_layers, config.n_kv_heads, config.head_dim_, jnp.dtype(config.dtype)
+
+
 def init_cache(config: ModelConfig, batch: int, size: int, dtype=None) -> KVCache:
   """An empty cache with room for at least `size` positions (see `cache_size`)."""
   size = cache_size(size)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import engine
-from specjax.cache import cache_size
+from specjax.cache import cache_layout, cache_size
 from specjax.calibration import Calibration
 from specjax.distributed import host_values
 from specjax.drafters.base import Drafter
@@ -49,6 +49,12 @@ def check_drafter(target, drafter) -> None:
   if drafter.vocab_size is not None and drafter.vocab_size != target.config.vocab_size:
     raise ValueError(f"drafter vocabulary size {drafter.vocab_size} differs from the target's "
                      f"{target.config.vocab_size}; draft and target must share one vocabulary")
+  draft_config = getattr(getattr(drafter, "model", None), "config", None)
+  layout = None if draft_config is None else cache_layout(draft_config)
+  if drafter.shares_target_cache and layout != cache_layout(target.config):
+    raise ValueError(f"{type(drafter).__name__} drafts in the target's KV cache, but its cache layout (layers, KV "
+                     f"heads, head dim, dtype) {layout} is not the target's {cache_layout(target.config)}; build it "
+                     f"with shares_target_cache=False")
 
 
 def check_k(k, drafter):

@@ -58,12 +58,12 @@ def run_phase_split(target, batch, seed_key, *, warmup: bool = True):
 
   def one_round(state, timings):
     t0 = time.perf_counter()
-    draft_BxK, q, draft_state = jax.block_until_ready(_draft(drafter_params, state, spec=spec, vocab_size=vocab))
+    draft_BxK, q, state = jax.block_until_ready(_draft(drafter_params, state, spec=spec, vocab_size=vocab))
     t1 = time.perf_counter()
     logits, cache, features = jax.block_until_ready(_verify(target_params, state, draft_BxK, spec=spec))
     t2 = time.perf_counter()
-    state = jax.block_until_ready(_accept(drafter_params, state, logits, q, draft_BxK, cache, draft_state, max_new_B,
-                                          features, spec=spec))
+    state = jax.block_until_ready(_accept(drafter_params, state, logits, q, draft_BxK, cache, state.draft_state,
+                                          max_new_B, features, spec=spec))
     t3 = time.perf_counter()
     if timings is not None:
       timings.append({"draft_s": t1 - t0, "verify_s": t2 - t1, "accept_s": t3 - t2})

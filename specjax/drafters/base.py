@@ -35,9 +35,12 @@ class Drafter:
   #: target layers whose residual stream the drafter reads; None: the drafter reads no target features and the
   #: engine passes features=None to `init` and `commit`.
   feature_layers: tuple[int, ...] | None = None
-  #: True: `init` also receives the target's KV cache after the prompt (`target_cache=`), for a draft of the
-  #: target's own architecture that can start from the target's keys and values instead of a prefill of its own.
-  reads_target_cache: bool = False
+  #: True: the drafter keeps no cache of its own but drafts in the target's KV cache (a draft of the target's own
+  #: cache layout): `propose` / `propose_tree` / `observe` receive and return the target's cache as their state and
+  #: write only at positions the verification that follows writes again (from seq_len_B - 1 on), so the target's
+  #: committed keys and values are never changed, and the draft reads them for the prompt and every committed token
+  #: (no prefill, copy or catch-up of its own, half the KV memory).
+  shares_target_cache: bool = False
   #: True: `propose_tree` drafts token trees (`specjax.trees.StaticTree`, `DynamicTree`).
   branches: bool = False
   #: deepest tree the drafter can draft (None: any).

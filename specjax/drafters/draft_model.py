@@ -16,24 +16,30 @@ class DraftModel(Drafter):
 
   Each round re-feeds the last two tokens of the sequence, which makes the cache right whatever the
   target accepted last round: rollback is only a matter of positions.
+
+  shares_target_cache (a draft of the target's cache layout, `specjax.cache.cache_layout`): the draft keeps no
+  cache but drafts in the target's (`Drafter.shares_target_cache`): it re-feeds only the last token, the one the
+  target has not yet verified, since the target's cache holds every committed token's keys and values.
   """
 
   branches = True
-  catches_up = True
 
-  def __init__(self, model: Model):
+  def __init__(self, model: Model, shares_target_cache: bool = False):
     if not isinstance(model, Model):
       raise TypeError(f"DraftModel expects a specjax Model, got {type(model).__name__}")
     self.model = model
     self.vocab_size = model.config.vocab_size
     self.max_seq_len = model.config.max_seq_len
+    self.shares_target_cache = bool(shares_target_cache)
+    self.catches_up = not self.shares_target_cache   # a shared cache is never behind
 
   def __hash__(self):
-    return hash((DraftModel, self.model.graphdef, self.model.config))
+    return hash((DraftModel, self.model.graphdef, self.model.config, self.shares_target_cache))
 
   def __eq__(self, other):
     return (isinstance(other, DraftModel) and other.model.config == self.model.config
-            and other.model.graphdef == self.model.graphdef)
+            and other.model.graphdef == self.model.graphdef
+            and other.shares_target_cache == self.shares_target_cache)
 
   def params(self):
     return self.model.params
@@ -48,7 +54,9 @@ class DraftModel(Drafter):
 
   def observe(self, params, state, tokens_BxS, seq_len_B):
     """Writes the token at seq_len_B - 2 into the draft cache, so that after autoregressive rounds the two tokens
-    `propose` re-feeds are again the only ones the cache lacks."""
+    `propose` re-feeds are again the only ones the cache lacks (a shared cache already holds it)."""
+    if self.shares_target_cache:
+      return state
     return DraftModel.catch_up(self, params, state, tokens_BxS, (seq_len_B - 2)[:, None], target_cache=None)
 
   def catch_up(self, params, state, tokens_BxS, positions_BxC, target_cache):
@@ -59,10 +67,12 @@ class DraftModel(Drafter):
     return cache
 
   def _refeed(self, module, state, tokens_BxS, seq_len_B):
-    """The last two tokens through the draft: (logits after the last one [B, V], cache)."""
+    """The last two tokens through the draft (the last one alone in a shared cache, which must keep the target's
+    entry at seq_len_B - 2): (logits after the last one [B, V], cache)."""
+    n = 1 if self.shares_target_cache else 2
     rows_B1 = jnp.arange(tokens_BxS.shape[0])[:, None]
-    positions_Bx2 = seq_len_B[:, None] - 2 + jnp.arange(2)[None, :]
-    logits, _, cache = module(tokens_BxS[rows_B1, positions_Bx2], positions_Bx2, state)
+    positions_BxN = seq_len_B[:, None] - n + jnp.arange(n)[None, :]
+    logits, _, cache = module(tokens_BxS[rows_B1, positions_BxN], positions_BxN, state)
     return logits[:, -1], cache
 
   def propose(self, params, state, tokens_BxS, seq_len_B, k, sampling, keys_B):
@@ -100,7 +110,11 @@ class DraftModel(Drafter):
 
     root_slot_B = seq_len_B - 1
     draft, cache = grow(tree, expand, cache, root_logits_BxV, (), root_slot_B, sampling, keys_B)
-    return draft.tokens_BxN, draft.parent_BxN, draft.q_BxN1xV, entries_in_node_order(cache, root_slot_B, draft, tree)
+    if not self.shares_target_cache:   # a shared cache's tree entries are the target's next
+      cache = entries_in_node_order(cache, root_slot_B, draft, tree)
+    return draft.tokens_BxN, draft.parent_BxN, draft.q_BxN1xV, cache
 
   def commit_tree(self, params, state, path_BxN, n_accepted_B, root_slot_B, accepted_BxD):
+    if self.shares_target_cache:   # the target's verification compacts the path in the shared cache
+      return state
     return compact_path(state, root_slot_B, path_BxN, n_accepted_B)

@@ -127,28 +127,43 @@ def prefill(target, tokens_BxS, prompt_len_B, max_new_B, row_keys_B, *, spec, ma
 
 
 def init_drafter(drafter, drafter_params, state: DecodeState, prompt_len_B, prompt_bucket: int) -> DecodeState:
-  """The drafter's own prefill (e.g. its KV cache), from the prompt and the target's prompt features."""
+  """The drafter's own prefill (e.g. its KV cache), from the prompt and the target's prompt features; none for a
+  drafter that drafts in the target's cache (`Drafter.shares_target_cache`)."""
   if drafter is None:
     return state
+  if drafter.shares_target_cache:
+    return state.replace(prompt_features=())
   features = state.prompt_features if drafter.feature_layers is not None else None
-  extra = {"target_cache": state.cache} if drafter.reads_target_cache else {}
   return state.replace(draft_state=drafter.init(drafter_params, state.tokens_BxS, prompt_len_B, prompt_bucket,
-                                                features=features, **extra), prompt_features=())
+                                                features=features), prompt_features=())
+
+
+def drafting_state(drafter, state: DecodeState):
+  """What the drafter drafts from: its own state, or the target's KV cache (`Drafter.shares_target_cache`)."""
+  return state.cache if drafter.shares_target_cache else state.draft_state
+
+
+def after_drafting(drafter, state: DecodeState, drafted) -> DecodeState:
+  """`state` holding the drafter's new state: its own, or the target's cache with the draft's entries (at positions
+  the verification then writes again)."""
+  return state.replace(cache=drafted) if drafter.shares_target_cache else state.replace(draft_state=drafted)
 
 
 def draft(drafter, drafter_params, state: DecodeState, *, k: int, sampling, vocab_size: int):
-  """K proposals per row and their q (one-hot for deterministic drafters); empty when k == 0."""
+  """K proposals per row, their q (one-hot for deterministic drafters; both empty when k == 0) and the state with
+  the drafter's new state in it (`after_drafting`), which the verification then reads."""
   batch = state.tokens_BxS.shape[0]
   if k == 0:
-    draft_state = (drafter.observe(drafter_params, state.draft_state, state.tokens_BxS, state.seq_len_B)
-                   if drafter is not None else state.draft_state)
-    return jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0, vocab_size), jnp.float32), draft_state
+    if drafter is not None:
+      state = after_drafting(drafter, state, drafter.observe(drafter_params, drafting_state(drafter, state),
+                                                             state.tokens_BxS, state.seq_len_B))
+    return jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0, vocab_size), jnp.float32), state
   draft_keys, _ = round_keys(state)
-  draft_BxK, q_BxKxV, draft_state = drafter.propose(drafter_params, state.draft_state, state.tokens_BxS,
-                                                    state.seq_len_B, k, sampling, draft_keys)
+  draft_BxK, q_BxKxV, drafted = drafter.propose(drafter_params, drafting_state(drafter, state), state.tokens_BxS,
+                                                state.seq_len_B, k, sampling, draft_keys)
   if q_BxKxV is None:
     q_BxKxV = jax.nn.one_hot(draft_BxK, vocab_size, dtype=jnp.float32)
-  return draft_BxK.astype(jnp.int32), q_BxKxV, draft_state
+  return draft_BxK.astype(jnp.int32), q_BxKxV, after_drafting(drafter, state, drafted)
 
 
 def verify_inputs(state: DecodeState, draft_BxK):
@@ -216,12 +231,12 @@ def commit(drafter, drafter_params, state: DecodeState, draft_BxK, n_accepted_B,
 def speculative_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *, k: int, sampling,
                       eos_ids: tuple) -> DecodeState:
   """Draft K, verify K+1 positions, accept and commit: one round (K = 0 is an autoregressive step)."""
-  draft_BxK, q_BxKxV, draft_state = draft(drafter, drafter_params, state, k=k, sampling=sampling,
-                                          vocab_size=target.config.vocab_size)
+  draft_BxK, q_BxKxV, state = draft(drafter, drafter_params, state, k=k, sampling=sampling,
+                                    vocab_size=target.config.vocab_size)
   feature_layers = None if drafter is None else drafter.feature_layers
   logits_BxK1xV, cache, features = verify(target, state, draft_BxK, feature_layers)
-  return accept_and_commit(drafter, drafter_params, state, logits_BxK1xV, q_BxKxV, draft_BxK, cache, draft_state,
-                           max_new_B, sampling=sampling, eos_ids=eos_ids, features=features)
+  return accept_and_commit(drafter, drafter_params, state, logits_BxK1xV, q_BxKxV, draft_BxK, cache,
+                           state.draft_state, max_new_B, sampling=sampling, eos_ids=eos_ids, features=features)
 
 
 def verify_tree(target, inputs_BxN1, slots_BxN1, cache, parent_BxN, q_BxN1xV, keys_B, *, branching: str, sampling,
@@ -244,9 +259,10 @@ def tree_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *
   caches, then the chain's commit (with the target's features of the root and the path, for drafters that read
   them)."""
   draft_keys, accept_keys = round_keys(state)
-  tokens_BxN, parent_BxN, q_BxN1xV, draft_state = drafter.propose_tree(
-      drafter_params, state.draft_state, state.tokens_BxS, state.seq_len_B, tree, sampling, draft_keys,
+  tokens_BxN, parent_BxN, q_BxN1xV, drafted = drafter.propose_tree(
+      drafter_params, drafting_state(drafter, state), state.tokens_BxS, state.seq_len_B, tree, sampling, draft_keys,
       target.config.vocab_size)
+  state = after_drafting(drafter, state, drafted)
   batch, n = tokens_BxN.shape
   root_slot_B = state.seq_len_B - 1
   last_B = state.tokens_BxS[jnp.arange(batch), root_slot_B]
@@ -256,7 +272,8 @@ def tree_round(target, drafter, drafter_params, state: DecodeState, max_new_B, *
       accept_keys, branching=tree.branching, sampling=sampling, feature_layers=drafter.feature_layers)
   path_BxD = path_BxN[:, :tree.max_depth]
   accepted_BxD = jnp.take_along_axis(tokens_BxN, jnp.maximum(path_BxD, 0), axis=1)
-  draft_state = drafter.commit_tree(drafter_params, draft_state, path_BxN, n_accepted_B, root_slot_B, accepted_BxD)
+  draft_state = drafter.commit_tree(drafter_params, state.draft_state, path_BxN, n_accepted_B, root_slot_B,
+                                    accepted_BxD)
   if features is not None:  # [root, path...] in chain order, as a chain's verify call gives them
     index_BxD1 = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), jnp.maximum(path_BxD + 1, 0)], axis=1)
     features = jax.tree.map(lambda a: jnp.take_along_axis(a, index_BxD1.reshape(index_BxD1.shape + (1,) * (a.ndim - 2)),

@@ -112,30 +112,42 @@ def test_smollm2_speculative_greedy_equals_greedy(smollm2_model, smollm2_drafts,
   assert result.stats.acceptance_rate > 0.5
 
 
-def test_starts_from_the_targets_prompt_cache(target):
-  """A draft of the target's own architecture starts from the target's keys and values for the prompt (no prefill
-  through the quantized weights); one of another shape prefills its own."""
+def test_drafts_in_the_targets_cache_and_never_changes_its_committed_entries(target):
+  """A draft of the target's own layout keeps no cache (nothing prefilled, copied or caught up): it drafts in the
+  target's, writing only from the unverified last token on, which the verification writes again."""
   import jax
   import jax.numpy as jnp
-  import numpy as np
   from specjax import engine
   from specjax.host import prepare
 
-  def drafter_state(drafter):
-    batch = prepare(target, [[1, 2, 3, 4, 5]], max_new_tokens=4, drafter=drafter, k=2)
-    state = engine.prefill_for(target.params, jnp.asarray(batch.tokens_BxS), jnp.asarray(batch.prompt_len_B),
-                               jnp.asarray(batch.max_new_B), jax.random.key(0), spec=batch.spec)
-    return state, engine.init_drafter(drafter, drafter.params(), state, jnp.asarray(batch.prompt_len_B),
-                                      batch.spec.prompt_bucket).draft_state
+  drafter = QuantizedDraft.from_model(target, "q4")
+  assert drafter.shares_target_cache and not drafter.catches_up
+  batch = prepare(target, [[1, 2, 3, 4, 5], [7, 6]], max_new_tokens=8, drafter=drafter, k=3)
+  prompt_len_B = jnp.asarray(batch.prompt_len_B)
+  state = engine.prefill_for(target.params, jnp.asarray(batch.tokens_BxS), prompt_len_B,
+                             jnp.asarray(batch.max_new_B), jax.random.key(0), spec=batch.spec)
+  state = engine.init_drafter(drafter, drafter.params(), state, prompt_len_B, batch.spec.prompt_bucket)
+  assert state.draft_state == ()
+  _, _, drafted = engine.draft(drafter, drafter.params(), state, k=3, sampling=GREEDY,
+                               vocab_size=CONFIG.vocab_size)
+  before, after = np.asarray(state.cache.k), np.asarray(drafted.cache.k)
+  for row, seq_len in enumerate(np.asarray(state.seq_len_B)):
+    np.testing.assert_array_equal(after[:, row, :seq_len - 1], before[:, row, :seq_len - 1])
+    for position in range(seq_len - 1, seq_len + 2):   # the last token and the first two drafts
+      assert (after[:, row, position] != before[:, row, position]).any()
+    np.testing.assert_array_equal(after[:, row, seq_len + 2:], before[:, row, seq_len + 2:])
 
-  state, cache = drafter_state(QuantizedDraft.from_model(target, "int8"))
-  np.testing.assert_array_equal(np.asarray(cache.k), np.asarray(state.cache.k))
-  np.testing.assert_array_equal(np.asarray(cache.v), np.asarray(state.cache.v))
 
+def test_a_draft_of_another_layout_keeps_its_own_cache(target, assert_greedy_is_autoregressive):
   shallow = specjax.init_model(CONFIG.replace(n_layers=1), seed=5)
-  state, cache = drafter_state(QuantizedDraft.from_model(shallow, "int8"))
-  assert cache.k.shape[0] == 1 and cache.k.shape[1:] == state.cache.k.shape[1:]
-  assert float(jnp.abs(cache.k[0, :, :5]).sum()) > 0  # its own prefill wrote the prompt
+  with pytest.raises(ValueError, match=r"drafts in the target's KV cache, but its cache layout .* \(1, 2, 8, "
+                                       r".*build it with shares_target_cache=False"):
+    specjax.generate(target, [[1, 2, 3]], max_new_tokens=4, sampling=GREEDY,
+                     drafter=QuantizedDraft.from_model(shallow, "int8"), k=2)
+  own = QuantizedDraft.from_model(shallow, "int8", shares_target_cache=False)
+  assert own != QuantizedDraft.from_model(shallow, "int8") and own.catches_up
+  assert_greedy_is_autoregressive(target, own, k=3)
+  assert_greedy_is_autoregressive(target, QuantizedDraft.from_model(target, "q4", shares_target_cache=False), k=3)
 
 
 def test_smollm2_tree_greedy_equals_greedy(smollm2_model, smollm2_drafts, smollm2_prompts, smollm2_greedy):
@@ -146,29 +158,3 @@ def test_smollm2_tree_greedy_equals_greedy(smollm2_model, smollm2_drafts, smollm
                             drafter=smollm2_drafts["q4"], tree=tree, stop_at_eos=False)
   assert result.tokens == smollm2_greedy[4]
   assert result.stats.rounds <= 12
-
-
-def test_catches_up_from_the_targets_cache(target):
-  """A draft of the target's own architecture catches up by copying the target's keys and values at the missed
-  positions, exactly, and nothing else; one of another shape runs the tokens through its own weights."""
-  import jax.numpy as jnp
-  from specjax.cache import init_cache
-
-  drafter = QuantizedDraft.from_model(target, "q4")
-  rng = np.random.default_rng(0)
-  target_cache = init_cache(CONFIG, 2, 32)
-  target_cache = target_cache.replace(k=jnp.asarray(rng.normal(size=target_cache.k.shape), jnp.float32),
-                                      v=jnp.asarray(rng.normal(size=target_cache.v.shape), jnp.float32))
-  tokens_BxS = jnp.zeros((2, 32), jnp.int32)
-  positions_BxC = jnp.asarray([[5, 6, 7], [9, 10, 11]], jnp.int32)
-  cache = drafter.catch_up(drafter.params(), init_cache(CONFIG, 2, 32), tokens_BxS, positions_BxC, target_cache)
-  copied = np.zeros(cache.k.shape[:3], bool)
-  copied[:, 0, 5:8] = copied[:, 1, 9:12] = True
-  for mine, theirs in ((cache.k, target_cache.k), (cache.v, target_cache.v)):
-    np.testing.assert_array_equal(np.asarray(mine)[copied], np.asarray(theirs)[copied])
-    assert not np.asarray(mine)[~copied].any()
-
-  shallow = QuantizedDraft.from_model(specjax.init_model(CONFIG.replace(n_layers=1), seed=5), "int8")
-  own = init_cache(shallow.model.config, 2, 32)
-  cache = shallow.catch_up(shallow.params(), own, tokens_BxS, positions_BxC, target_cache)
-  assert float(jnp.abs(cache.k[0, 0, 5:8]).sum()) > 0 and not np.asarray(cache.k[0, 0, :5]).any()

@@ -46,7 +46,8 @@ def tiny_greedy(target):
 
 
 @pytest.mark.parametrize("name,tree", [
-    ("draft_model", DYNAMIC), ("quantized", specjax.DynamicTree(6, 2, 3, "sample")), ("layer_skip", STATIC),
+    ("draft_model", DYNAMIC), ("quantized", specjax.DynamicTree(6, 2, 3, "sample")), ("quantized", STATIC),
+    ("layer_skip", STATIC),
     ("feature_head", DYNAMIC), ("feature_head", STATIC), ("medusa", DYNAMIC), ("medusa", STATIC),
     ("prompt_lookup", DYNAMIC), ("prompt_lookup", specjax.StaticTree(STATIC.paths, "sample"))])
 def test_greedy_tree_equals_autoregressive(target, tiny_drafters, tiny_greedy, name, tree):
