@@ -84,10 +84,10 @@ def main(argv):
   longest = max(len(p) for p in result.prompt_tokens)
   size = cache_size(max(prompt_bucket(longest), longest + config.max_new_tokens + result.stats.k))
   peak = memory.peak_resident_bytes()
-  draft = 0  # the drafter's parameters and, for a draft model, its own cache
+  draft = 0  # the drafter's parameters and, for a draft model that does not draft in the target's, its own cache
   if drafter is not None:
     draft = sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(drafter.params()))
-    if getattr(drafter, "model", None) is not None:
+    if getattr(drafter, "model", None) is not None and not drafter.shares_target_cache:
       draft += memory.cache_bytes(drafter.model.config, len(prompts), size)
   cache = memory.cache_bytes(target.config, len(prompts), size)
   params = target.param_bytes + packed.view_bytes(target)  # the CPU kernels' tiles are a second copy
