@@ -41,7 +41,7 @@ def draft_once(st):
 
 @jax.jit
 def draft_loop(state):
-  return jax.lax.fori_loop(0, R, lambda i, ds: draft_once(state.replace(draft_state=ds))[2], state.draft_state)
+  return jax.lax.fori_loop(0, R, lambda i, st: draft_once(st)[2], state)
 
 
 @jax.jit
@@ -52,9 +52,9 @@ def flush_loop(big):
 @jax.jit
 def draft_flush_loop(state, big):
   def body(i, carry):
-    drafts, _, ds = draft_once(state.replace(draft_state=carry[0]))
-    return ds, carry[1] + jnp.sum(big * (drafts[0, 0] + 1.0))
-  return jax.lax.fori_loop(0, R, body, (state.draft_state, 0.0))
+    drafts, _, st = draft_once(carry[0])
+    return st, carry[1] + jnp.sum(big * (drafts[0, 0] + 1.0))
+  return jax.lax.fori_loop(0, R, body, (state, 0.0))
 
 
 def verify_loop(k):
@@ -70,11 +70,10 @@ def verify_loop(k):
 @jax.jit
 def dv_loop(tp, state):
   with programs.traced(spec, tp) as t:
-    def body(i, carry):
-      st = state.replace(cache=carry[0], draft_state=carry[1])
-      drafts, _, ds = draft_once(st)
-      return rnd.verify(t, st, drafts)[1], ds
-    return jax.lax.fori_loop(0, R, body, (state.cache, state.draft_state))
+    def body(i, st):
+      drafts, _, drafted = draft_once(st)   # the drafter's new state in it (a shared cache: its entries too)
+      return drafted.replace(cache=rnd.verify(t, drafted, drafts)[1])
+    return jax.lax.fori_loop(0, R, body, state)
 
 
 @jax.jit
