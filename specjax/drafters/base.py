@@ -93,11 +93,11 @@ class Drafter:
     to verify the token at seq_len_B - 1; drafters that keep a cache take in what precedes it."""
     return state
 
-  def catch_up(self, params, state, tokens_BxS: jax.Array, positions_BxC: jax.Array, target_cache) -> Any:
+  def catch_up(self, params, state, tokens_BxS: jax.Array, positions_BxC: jax.Array) -> Any:
     """State after taking in the tokens at positions_BxC (C consecutive positions per row) that autoregressive
     rounds run without the drafter skipped (`catches_up` drafters only). Positions before seq_len_B - 2 hold
     committed tokens; a short row's chunk may reach past them, and entries there are rewritten before any draft
-    reads them. target_cache: the target's KV cache, which holds the committed positions too."""
+    reads them."""
     raise NotImplementedError(f"{type(self).__name__} cannot catch up; it observes every autoregressive round")
 
   def commit(self, params, state, n_accepted_B: jax.Array, seq_len_B: jax.Array,

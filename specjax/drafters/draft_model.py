@@ -57,9 +57,9 @@ class DraftModel(Drafter):
     `propose` re-feeds are again the only ones the cache lacks (a shared cache already holds it)."""
     if self.shares_target_cache:
       return state
-    return DraftModel.catch_up(self, params, state, tokens_BxS, (seq_len_B - 2)[:, None], target_cache=None)
+    return DraftModel.catch_up(self, params, state, tokens_BxS, (seq_len_B - 2)[:, None])
 
-  def catch_up(self, params, state, tokens_BxS, positions_BxC, target_cache):
+  def catch_up(self, params, state, tokens_BxS, positions_BxC):
     """The missed tokens through the draft in one call (a chunk of a prefill)."""
     module = self.model.with_params(params).module()
     rows_B1 = jnp.arange(tokens_BxS.shape[0])[:, None]

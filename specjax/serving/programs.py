@@ -154,7 +154,7 @@ def catch_up_program(drafter_params, slots: DecodeState, lag_S, *, spec: DecodeS
     i, draft_state = carry
     start_S = jnp.maximum(jnp.minimum(end_S - lag_S + i * chunk, end_S - chunk), 0)
     positions_SxC = start_S[:, None] + offsets_1xC
-    return i + 1, spec.drafter.catch_up(drafter_params, draft_state, slots.tokens_BxS, positions_SxC, slots.cache)
+    return i + 1, spec.drafter.catch_up(drafter_params, draft_state, slots.tokens_BxS, positions_SxC)
 
   _, draft_state = jax.lax.while_loop(lambda carry: carry[0] < chunks, body, (jnp.int32(0), slots.draft_state))
   return slots.replace(draft_state=draft_state)

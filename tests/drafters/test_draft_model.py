@@ -46,6 +46,6 @@ def test_catch_up_takes_in_what_a_prefill_would():
   cache = draft.init(params, tokens_BxS, lengths_B, 8)
   for row0, row1 in ((8, 4), (12, 8), (12, 12)):
     positions_BxC = jnp.asarray([range(row0, row0 + 4), range(row1, row1 + 4)], jnp.int32)
-    cache = draft.catch_up(params, cache, tokens_BxS, positions_BxC, target_cache=None)
+    cache = draft.catch_up(params, cache, tokens_BxS, positions_BxC)
   np.testing.assert_allclose(np.asarray(cache.k[:, :, :16]), np.asarray(full.k[:, :, :16]), atol=1e-5)
   np.testing.assert_allclose(np.asarray(cache.v[:, :, :16]), np.asarray(full.v[:, :, :16]), atol=1e-5)
