@@ -7,7 +7,8 @@ each loaded at every concurrency (and request rate); report.md says where each s
       [--config.systems='("autoregressive","k4")'] [--config.request_rates='(0.5,1.0)']
 
 Writes results.json (after every cell), report.md and *.png into output_dir; each server's log in output_dir/logs.
-One server at a time, on a free loopback port, stopped (SIGTERM) before the next starts.
+Every server is up at once (each on a free loopback port, stopped by SIGTERM at the end) and each cell is run by
+all systems back to back, `repeats` times in rotated orders: the ratios are paired, not minutes of drift apart.
 """
 
 import ml_collections
@@ -30,6 +31,9 @@ def get_config():
   c.slots = 0                        # server slots (specjax `slots`, llama-server -np); 0 = the largest concurrency
   c.concurrencies = (1, 2, 4, 8, 16)   # a cell each: everything sent at once, at most N requests in flight
   c.request_rates = ()               # extra cells: Poisson arrivals at these rates (req/s), no concurrency limit
+  c.interleave = True                # every server up at once, each cell run by all systems back to back (paired
+                                     # ratios); False: one server at a time, all its cells, stopped before the next
+  c.repeats = 2                      # each cell this many times (interleaved: the systems' order rotated each time)
   c.min_prompts = 8                  # requests per cell: max(min_prompts, prompts_per_slot * concurrency); a rate
   c.prompts_per_slot = 2             # cell takes the count of the largest concurrency
   c.categories = ("code", "prose", "structured", "long_context")

@@ -213,7 +213,7 @@ class Engine:
     engine stepped here: call before `start`), admitted together in each of `admit_rows` (a burst of that many is
     prefilled by one program of its own), with all_buckets the step programs at every row bucket too (and the
     adaptive policy's round costs there) and the spare state of every row bucket (`RowStates.prepare_spares`), then
-    zeroes the metrics and the served steps' times."""
+    zeroes the metrics, the served steps' times and the adaptive policy's acceptance estimate."""
     rows_each = sorted({min(max(int(rows), 1), self.slots, ADMIT_ROWS) for rows in admit_rows})
     for sampling in samplings:
       for length in prompt_lengths:
@@ -230,6 +230,7 @@ class Engine:
         self._slots.prepare_spares(self._specs[request.group])
     self.metrics.reset()
     self._slots.served.clear()
+    self._slots.speculation = None   # the throwaway prompts' acceptance is no estimate of the served ones'
 
   @property
   def round_costs(self) -> dict[int, list[float]]:

@@ -37,8 +37,12 @@ class StepPolicy:
     needs; measure_ar: step autoregressively instead of drafting, so its served cost is measured again."""
     inputs = PolicyInputs.measured(round_cost_N)
     self._costs = inputs.round_cost_N
-    # a probe (K_min while autoregression is best) lasts the whole step: R rounds, not one as in `generate`
-    self._branch = int(self._choose(self.state, inputs, self.state.rounds, jnp.int32(tokens_left)))
+    # a probe (K_min while autoregression is best) lasts the whole step: R rounds, not one as in `generate`.
+    # Until a round has measured the drafter, the first step that could pay probes (as round 0 does in `generate`)
+    # whatever this request has left: the acceptance it learns serves every later request, not this one alone.
+    measured = bool(self.state.measured)
+    self._branch = int(self._choose(self.state, inputs, self.state.rounds if measured else jnp.int32(0),
+                                    jnp.int32(tokens_left) if measured else None))
     if measure_ar:
       self._branch = 0
     return self.policy.branch_ks[self._branch]

@@ -1,7 +1,7 @@
 """The serving sweep (scripts/bench_serve_sweep.py): report.md and the plots from synthetic results (tables, the
-concurrency at which each speculative system stops paying, failures listed), the config's checks, the servers'
-command lines, missing llama.cpp binaries as a recorded error, and one real sweep over two concurrencies against
-two tiny-model servers (configs/serve_tiny.py) on loopback, each stopped before the next starts."""
+concurrency at which each speculative system stops paying, failures listed, repeats paired), the config's checks,
+the servers' command lines, missing llama.cpp binaries as a recorded error, and real sweeps over two concurrencies
+against two tiny-model servers (configs/serve_tiny.py) on loopback: one after another, and interleaved."""
 
 import json
 import os
@@ -90,6 +90,28 @@ def test_the_report_and_plots_from_synthetic_results(tmp_path):
   assert "goodput_vs_concurrency.png" not in sweep_report.write_plots(results, str(tmp_path / "none"))
 
 
+def test_repeats_are_paired_by_repeat_and_their_median_reported(tmp_path):
+  """Two repeats of each cell: a ratio is the median of the ratios of the same repeat's cells (the interleaved
+  sweep ran them back to back), each number in the tables the median over repeats."""
+  results = _synthetic()
+  for cell in results["cells"]:
+    cell["repeat"] = 0
+  drift = {("autoregressive", 0): 1.0, ("autoregressive", 1): 0.5, ("k4", 0): 1.1, ("k4", 1): 0.6}
+  results["cells"] += [dict(cell, repeat=1, result=dict(cell["result"], output_throughput=cell["result"][
+      "output_throughput"] * drift.get((cell["system"], 1), 1.0) / drift.get((cell["system"], 0), 1.0)))
+                       for cell in results["cells"] if cell["system"] in ("autoregressive", "k4")]
+  paired = sweep_report.paired_ratios(results, "k4", "autoregressive")
+  assert paired[1] == pytest.approx([14 / 10, 14 * 0.6 / 1.1 / 5])
+  assert sweep_report.ratios(results, "k4", "autoregressive")[1] == pytest.approx((1.4 + 14 * 0.6 / 1.1 / 5) / 2)
+  assert sweep_report.ratios(results, "adaptive", "autoregressive")[1] == pytest.approx(15 / 10)  # one repeat
+  cell = sweep_report.measured(results)[("autoregressive", 1)]
+  assert cell["output_throughput"] == pytest.approx(7.5) and cell["repeats"] == 2
+  results["config"].update(interleave=True, repeats=2)
+  report = sweep_report.write_report(results, str(tmp_path))
+  assert "Interleaved: every server up at once" in report and "median of 2 repeats" in report
+  assert "c1:1.46 (1.40-1.53)" in report
+
+
 def _config(**changes):
   config = bench_serve_sweep.get_config()
   with config.unlocked():
@@ -109,6 +131,7 @@ def _config(**changes):
     ({"baseline": "fast"}, "config.baseline 'fast' is not a system"),
     ({"concurrencies": (1, 0)}, "concurrencies must be integers >= 1"),
     ({"concurrencies": (2, 2)}, "repeats"),
+    ({"repeats": 0}, "repeats must be integers >= 1"),
     ({"concurrencies": (), "request_rates": ()}, "no cells"),
     ({"request_rates": (1.0, -2.0)}, "request_rates must be distinct rates > 0"),
     ({"slots": 4}, "slots 4 < the largest concurrency 16"),
@@ -124,6 +147,11 @@ def _config(**changes):
 def test_config_errors_name_the_setting(changes, message):
   with pytest.raises(ValueError, match=message):
     sweep_config.validate(_config(**changes))
+
+
+def test_a_plain_dict_config_is_checked_too():
+  with pytest.raises(ValueError, match="config.interleave must be True or False, got 'yes'"):
+    sweep_config.validate(dict(_config().to_dict(), interleave="yes"))
 
 
 def test_cells_systems_and_command_lines(tmp_path):
@@ -165,15 +193,19 @@ def _port_is_closed(url: str) -> bool:
     return s.connect_ex((host, int(port))) != 0
 
 
+def _tiny_sweep(tmp_path, **changes):
+  return _config(output_dir=str(tmp_path), serve_config=os.path.join(ROOT, "configs", "serve_tiny.py"),
+                 systems=("autoregressive", "lookup", "llama-server"),
+                 specjax={"autoregressive": {"drafter": ""}, "lookup": {"drafter": "prompt_lookup", "k": 3}},
+                 llama_server={"llama-server": 0}, llama_cpp_dir=str(tmp_path / "no-llama"), concurrencies=(1, 2),
+                 min_prompts=2, prompts_per_slot=1, categories=("prose", "code"), prompts_per_category=1,
+                 output_len=8, ignore_eos=True, endpoint="/v1/completions", token_id_vocab=256, max_prompt_tokens=32,
+                 warmup_output_len=2, warmup_prompt_lengths=(1, 17), goodput=("ttft:60000",), timeout_s=60.0,
+                 max_cell_s=120.0, startup_timeout_s=120.0, stop_timeout_s=20.0, **changes)
+
+
 def test_a_real_sweep_against_tiny_servers(tmp_path):
-  config = _config(output_dir=str(tmp_path), serve_config=os.path.join(ROOT, "configs", "serve_tiny.py"),
-                   systems=("autoregressive", "lookup", "llama-server"),
-                   specjax={"autoregressive": {"drafter": ""}, "lookup": {"drafter": "prompt_lookup", "k": 3}},
-                   llama_server={"llama-server": 0}, llama_cpp_dir=str(tmp_path / "no-llama"), concurrencies=(1, 2),
-                   min_prompts=2, prompts_per_slot=1, categories=("prose", "code"), prompts_per_category=1,
-                   output_len=8, ignore_eos=True, endpoint="/v1/completions", token_id_vocab=256, max_prompt_tokens=32,
-                   warmup_output_len=2, warmup_prompt_lengths=(1, 17), goodput=("ttft:60000",), timeout_s=60.0,
-                   max_cell_s=120.0, startup_timeout_s=120.0, stop_timeout_s=20.0)
+  config = _tiny_sweep(tmp_path, interleave=False, repeats=1)
   lines = []
   results = sweep.run_sweep(config, log=lines.append)
   on_disk = json.load(open(tmp_path / "results.json"))
@@ -200,6 +232,25 @@ def test_a_real_sweep_against_tiny_servers(tmp_path):
   assert "## Concurrency 2 (2 requests, all sent at once)" in report and "| lookup | 2/0 |" in report
   assert "| lookup | autoregressive |" in report and "- llama-server: ValueError" in report
   assert os.path.exists(tmp_path / "tpot_vs_throughput.png")
+
+
+def test_an_interleaved_sweep_keeps_every_server_up_and_rotates_the_order(tmp_path):
+  """Both tiny servers up before the first cell; each cell run by both back to back, the order rotated per cell and
+  repeat; the report's ratios paired by repeat; every server stopped at the end."""
+  lines = []
+  results = sweep.run_sweep(_tiny_sweep(tmp_path, interleave=True, repeats=2), log=lines.append)
+  assert results["systems"]["lookup"]["error"] is None and "build_llama_cpp.sh" in results["systems"][
+      "llama-server"]["error"], lines
+  first_cell = next(i for i, line in enumerate(lines) if "requests" in line and "concurrency" in line)
+  assert all(any(line.startswith(f"[{name}] warmed up") for line in lines[:first_cell])
+             for name in ("autoregressive", "lookup"))
+  order = [(c["repeat"], c["concurrency"], c["system"]) for c in results["cells"]]
+  assert order == [(0, 1, "autoregressive"), (0, 1, "lookup"), (0, 2, "lookup"), (0, 2, "autoregressive"),
+                   (1, 1, "lookup"), (1, 1, "autoregressive"), (1, 2, "autoregressive"), (1, 2, "lookup")]
+  assert all(c["error"] is None and c["result"]["completed"] == 2 for c in results["cells"])
+  assert len(sweep_report.paired_ratios(results, "lookup", "autoregressive")[2]) == 2
+  assert all(_port_is_closed(c["result"]["base_url"]) for c in results["cells"])
+  assert "Interleaved" in open(tmp_path / "report.md").read()
 
 
 def test_the_script_records_a_peer_without_binaries(tmp_path):

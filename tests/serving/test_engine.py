@@ -316,6 +316,23 @@ def test_the_adaptive_policy_is_served_exactly_and_sees_the_load(target, expecte
   assert engine.round_costs == {1: [1.0] * 4, 2: [1.0, 6.0, 7.0, 9.0]}
 
 
+def test_an_unmeasured_drafter_is_probed_by_the_first_request_however_short(target, expected):
+  """At SmolLM2's one-row costs the prior (alpha 0.5) says no K pays, and a short request alone would never be
+  worth a probe; but what the probe learns serves every later request, so the first step after warmup (whose
+  throwaway prompts teach the policy nothing) drafts at K=1, and once the target-as-draft is seen to match, K=4."""
+  costs = {1: (1.0, 1.8, 2.3, 3.6)}
+  engine = Engine(target, drafter=drafters.DraftModel(target), k="auto", slots=1, rounds_per_step=2,
+                  max_model_len=64, round_costs=costs, served_costs=False)
+  engine.warmup(prompt_lengths=(5,))
+  assert engine._slots.speculation is None
+  first = engine.submit(Request(REQUESTS[1][0], 9, GREEDY))
+  _run_until_finished(engine, [first])
+  result = first.result(timeout=0)
+  assert result.token_ids == expected[1][:9]
+  assert result.stats.draft_tokens == 2 * 1 + 4 * (result.stats.rounds - 2) and result.stats.rounds > 2
+  assert result.stats.accepted_tokens == result.stats.draft_tokens
+
+
 def test_autoregressive_steps_leave_the_drafter_behind_and_it_catches_up(target, expected):
   """Where drafting cannot pay (one row here: no K would even with every draft accepted) the policy's
   autoregressive steps run without the draft model; once a second request makes drafting worth a probe (two rows),
@@ -340,7 +357,7 @@ def test_autoregressive_steps_leave_the_drafter_behind_and_it_catches_up(target,
 
 def test_the_adaptive_policy_follows_the_round_costs_as_served(target, expected, monkeypatch):
   """Warmup said a round costs a step at any K; served, a drafting round takes 10 times an autoregressive one (a
-  clock that says so): the policy times an autoregressive step first, drafts once at K=4, then stops drafting.
+  clock that says so): the policy times an autoregressive step first, drafts once at K=1, then stops drafting.
   With the warmup's costs alone it would draft to the end."""
   from specjax.serving import programs
   clock, step_program = [0.0], programs.step_program
@@ -360,8 +377,8 @@ def test_the_adaptive_policy_follows_the_round_costs_as_served(target, expected,
     result = handle.result(timeout=0)
     assert result.token_ids == expected[1]
     if served_costs:
-      assert result.stats.draft_tokens == 4 * 2    # one step of 2 rounds at K=4
-      assert engine.served_round_ms == {1: {0: 1.0, 4: 10.0}}
+      assert result.stats.draft_tokens == 1 * 2    # one step of 2 rounds at K=1 (the first drafting starts small)
+      assert engine.served_round_ms == {1: {0: 1.0, 1: 10.0}}
     else:                                          # K=1 first, then K=4 to the end
       assert result.stats.draft_tokens > 4 * 2 * 2
 

@@ -1,9 +1,12 @@
-"""The serving sweep (scripts/bench_serve_sweep.py): for each system in turn, its server started on a free loopback
-port, warmed up (one untimed pass over the prompts), loaded by the benchmark runner at each cell (concurrency or
-request rate), then stopped before the next. A system that fails (no binaries, a server that does not come up or
-dies, an unknown setting) is recorded with its error and the sweep goes on. results.json is rewritten after every
-cell, so a crash loses nothing measured; report.md and the plots after every system."""
+"""The serving sweep (scripts/bench_serve_sweep.py): each system's server started on a free loopback port, warmed up
+(one untimed pass over the prompts) and loaded by the benchmark runner at each cell (concurrency or request rate),
+`repeats` times: interleaved (every server up, each cell run by all systems back to back, so their ratios are
+paired) or one system after another (each stopped before the next starts). A system that fails (no binaries, a
+server that does not come up or dies, an unknown setting) is recorded with its error and the sweep goes on.
+results.json is rewritten after every cell, so a crash loses nothing measured; report.md and the plots after every
+system (interleaved: every cell's round of the systems)."""
 
+import contextlib
 import datetime
 import math
 import os
@@ -70,57 +73,105 @@ def command(s: dict, name: str, port: int) -> list[str]:
                                       s["llama_cpp_threads"])
 
 
-def _cells_of(s: dict, name: str, base_url: str, process, results: dict, save, log) -> None:
-  for cell in sweep_config.cells(s):
-    where = (f"concurrency {cell['concurrency']}" if cell["concurrency"] else f"{cell['request_rate']} req/s")
-    log(f"[{name}] {where}: {cell['num_prompts']} requests")
-    record = {"system": name, **cell, "error": None, "result": None}
-    try:
-      record["result"] = runner.run(bench_config(s, base_url, name, cell), log=lambda *_: None)
-      r = record["result"]
-      log(f"[{name}] {where}: {r['completed']} done, {r['failed']} failed, {r['output_throughput']:.1f} tok/s, "
-          f"median TTFT {r['median_ttft_ms']:.0f} ms, median TPOT {r['median_tpot_ms']:.1f} ms")
-    except Exception as error:   # the runner records request failures itself; this is anything else
-      record["error"] = f"{type(error).__name__}: {error}"
-      log(f"[{name}] {where} failed: {record['error']}")
-    results["cells"].append(record)
-    save()
-    if process.poll() is not None:
-      raise RuntimeError(f"the server exited with code {process.returncode} during the {where} cell")
+def _system_info(s: dict, name: str) -> dict:
+  return {"kind": "specjax" if name in s["specjax"] else "llama-server",
+          "speculative": sweep_config.speculates(s, name), "baselines": sweep_config.baselines(s, name),
+          "command": None, "log": os.path.join(s["output_dir"], "logs", f"{name}.log"), "startup_s": None,
+          "warmup": None, "error": None}
 
 
-def run_system(s: dict, name: str, results: dict, save, log=print) -> None:
-  """One system: start, warm up, every cell, stop; its failure goes into results['systems'][name]['error']."""
-  info = results["systems"][name] = {
-      "kind": "specjax" if name in s["specjax"] else "llama-server", "speculative": sweep_config.speculates(s, name),
-      "baselines": sweep_config.baselines(s, name), "command": None,
-      "log": os.path.join(s["output_dir"], "logs", f"{name}.log"), "startup_s": None, "warmup": None, "error": None}
+def _failed(info: dict, name: str, error: Exception, log) -> None:
+  info["error"] = f"{type(error).__name__}: {error}"
+  if not isinstance(error, (RuntimeError, ValueError, OSError)):
+    info["traceback"] = traceback.format_exc()
+  log(f"[{name}] failed: {info['error']}")
+
+
+def start_system(s: dict, name: str, results: dict, stack: contextlib.ExitStack, save, log=print):
+  """Starts one system's server inside `stack` (which stops it) and warms it up; returns (process, base url), or
+  None with the failure in results['systems'][name]['error']."""
+  info = results["systems"][name] = _system_info(s, name)
   try:
     port = servers.free_port()
     info["command"] = command(s, name, port)
     log(f"[{name}] starting: {' '.join(info['command'])}")
-    with servers.serving(info["command"], port, info["log"], s["startup_timeout_s"], s["stop_timeout_s"]) as (
-        process, base_url, ready_s):
-      info["startup_s"] = ready_s
-      log(f"[{name}] up in {ready_s:.0f} s at {base_url}")
-      if s["warmup_output_len"]:
-        start = time.perf_counter()
-        warm = runner.run(bench_config(s, base_url, name), log=lambda *_: None)
-        info["warmup"] = {"completed": warm["completed"], "failed": warm["failed"],
-                          "seconds": time.perf_counter() - start, "errors": sorted({e for e in warm["errors"] if e})}
-        log(f"[{name}] warmed up: {warm['completed']} requests in {info['warmup']['seconds']:.0f} s")
-      save()
-      _cells_of(s, name, base_url, process, results, save, log)
+    process, base_url, info["startup_s"] = stack.enter_context(servers.serving(
+        info["command"], port, info["log"], s["startup_timeout_s"], s["stop_timeout_s"]))
+    log(f"[{name}] up in {info['startup_s']:.0f} s at {base_url}")
+    if s["warmup_output_len"]:
+      start = time.perf_counter()
+      warm = runner.run(bench_config(s, base_url, name), log=lambda *_: None)
+      info["warmup"] = {"completed": warm["completed"], "failed": warm["failed"],
+                        "seconds": time.perf_counter() - start, "errors": sorted({e for e in warm["errors"] if e})}
+      log(f"[{name}] warmed up: {warm['completed']} requests in {info['warmup']['seconds']:.0f} s")
+    return process, base_url
   except Exception as error:
-    info["error"] = f"{type(error).__name__}: {error}"
-    if not isinstance(error, (RuntimeError, ValueError, OSError)):
-      info["traceback"] = traceback.format_exc()
-    log(f"[{name}] failed: {info['error']}")
+    _failed(info, name, error, log)
+    return None
+  finally:
+    save()
+
+
+def run_cell(s: dict, name: str, up, cell: dict, repeat: int, results: dict, save, log=print) -> None:
+  """One cell of one system's server (`up`: its process and base url); RuntimeError if the server died in it."""
+  process, base_url = up
+  where = (f"concurrency {cell['concurrency']}" if cell["concurrency"] else f"{cell['request_rate']} req/s")
+  where += f", repeat {repeat + 1}" if s["repeats"] > 1 else ""
+  log(f"[{name}] {where}: {cell['num_prompts']} requests")
+  record = {"system": name, **cell, "repeat": repeat, "error": None, "result": None}
+  try:
+    record["result"] = r = runner.run(bench_config(s, base_url, name, cell), log=lambda *_: None)
+    log(f"[{name}] {where}: {r['completed']} done, {r['failed']} failed, {r['output_throughput']:.1f} tok/s, "
+        f"median TTFT {r['median_ttft_ms']:.0f} ms, median TPOT {r['median_tpot_ms']:.1f} ms")
+  except Exception as error:   # the runner records request failures itself; this is anything else
+    record["error"] = f"{type(error).__name__}: {error}"
+    log(f"[{name}] {where} failed: {record['error']}")
+  results["cells"].append(record)
+  save()
+  if process.poll() is not None:
+    raise RuntimeError(f"the server exited with code {process.returncode} during the {where} cell")
+
+
+def run_system(s: dict, name: str, results: dict, save, log=print) -> None:
+  """One system alone: start, warm up, every cell (each repeat), stop; a failure goes into its 'error'."""
+  with contextlib.ExitStack() as stack:
+    up = start_system(s, name, results, stack, save, log)
+    try:
+      for repeat in range(s["repeats"] if up else 0):
+        for cell in sweep_config.cells(s):
+          run_cell(s, name, up, cell, repeat, results, save, log)
+    except RuntimeError as error:
+      _failed(results["systems"][name], name, error, log)
+  save()
+
+
+def rotated(names: list, by: int) -> list:
+  """names with the first `by` (modulo their number) moved to the end."""
+  by = by % len(names) if names else 0
+  return names[by:] + names[:by]
+
+
+def run_interleaved(s: dict, results: dict, save, log=print) -> None:
+  """Every system's server up at once (started and warmed one after another, idle while the others run), then each
+  cell run by every system back to back, in an order rotated per cell and repeat: the ratios between systems are
+  paired, minutes of machine drift apart no more (`sweep_report.paired_ratios`)."""
+  with contextlib.ExitStack() as stack:
+    live = {name: up for name in s["systems"] if (up := start_system(s, name, results, stack, save, log))}
+    for repeat in range(s["repeats"]):
+      for i, cell in enumerate(sweep_config.cells(s)):
+        for name in rotated(list(live), repeat + i):
+          try:
+            run_cell(s, name, live[name], cell, repeat, results, save, log)
+          except RuntimeError as error:
+            _failed(results["systems"][name], name, error, log)
+            del live[name]
+        sweep_report.write_outputs(jsonable(results), s["output_dir"])
   save()
 
 
 def run_sweep(config, log=print) -> dict:
-  """Every system of the config, one after another; returns the results written to output_dir."""
+  """Every system of the config, interleaved (config.interleave) or one after another; returns the results written
+  to output_dir."""
   s = sweep_config.validate(config)
   os.makedirs(s["output_dir"], exist_ok=True)
   results = {"config": {k: v for k, v in s.items() if k != "slos"}, "machine": machine(),
@@ -130,7 +181,11 @@ def run_sweep(config, log=print) -> dict:
     write_results(results, s["output_dir"])
 
   save()
-  for name in s["systems"]:
-    run_system(s, name, results, save, log)
-    sweep_report.write_outputs(jsonable(results), s["output_dir"])
+  if s["interleave"]:
+    run_interleaved(s, results, save, log)
+  else:
+    for name in s["systems"]:
+      run_system(s, name, results, save, log)
+      sweep_report.write_outputs(jsonable(results), s["output_dir"])
+  sweep_report.write_outputs(jsonable(results), s["output_dir"])
   return jsonable(results)

@@ -13,7 +13,7 @@ KEYS = ("output_dir", "systems", "serve_config", "specjax", "llama_server", "bas
         "request_rates", "min_prompts", "prompts_per_slot", "categories", "prompts_per_category", "output_len",
         "ignore_eos", "endpoint", "temperature", "goodput", "seed", "token_id_vocab", "max_prompt_tokens",
         "warmup_output_len", "warmup_prompt_lengths", "timeout_s", "max_cell_s", "startup_timeout_s",
-        "stop_timeout_s", "llama_cpp_dir", "llama_cpp_threads", "llama_ctx_per_slot")
+        "stop_timeout_s", "llama_cpp_dir", "llama_cpp_threads", "llama_ctx_per_slot", "interleave", "repeats")
 SWEEP_OWNED = ("host", "port")   # set by the sweep for every specjax server
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -88,9 +88,12 @@ def validate(config) -> dict:
   c["request_rates"] = rates
   if not c["concurrencies"] and not rates:
     raise ValueError("no cells: give config.concurrencies or config.request_rates")
-  for name, low in (("slots", 0), ("min_prompts", 1), ("prompts_per_slot", 0), ("prompts_per_category", 0),
-                    ("output_len", 0), ("seed", 0), ("token_id_vocab", 0), ("max_prompt_tokens", 0),
-                    ("warmup_output_len", 0), ("llama_cpp_threads", 1), ("llama_ctx_per_slot", 0)):
+  if not isinstance(c["interleave"], bool):
+    raise ValueError(f"config.interleave must be True or False, got {c['interleave']!r}")
+  for name, low in (("repeats", 1), ("slots", 0), ("min_prompts", 1), ("prompts_per_slot", 0),
+                    ("prompts_per_category", 0), ("output_len", 0), ("seed", 0), ("token_id_vocab", 0),
+                    ("max_prompt_tokens", 0), ("warmup_output_len", 0), ("llama_cpp_threads", 1),
+                    ("llama_ctx_per_slot", 0)):
     _ints(name, (c[name],), low)
   c["warmup_prompt_lengths"] = _ints("warmup_prompt_lengths", c["warmup_prompt_lengths"], 1)
   if c["slots"] and c["concurrencies"] and c["slots"] < max(c["concurrencies"]):

@@ -4,6 +4,7 @@ concurrency at which its output throughput falls below its baseline's at the sam
 goodput and throughput against concurrency and against achieved output throughput, one line per system."""
 
 import os
+import statistics
 
 from specjax.benchmark.report import _fmt, _table
 
@@ -12,18 +13,33 @@ PLOT_METRICS = {"ttft": ("median_ttft_ms", "median TTFT (ms)"), "tpot": ("median
                 "throughput": ("output_throughput", "output tokens / s")}
 
 
-def measured(results: dict, kind: str = "concurrency") -> dict:
-  """{(system, concurrency or request rate): result} of the cells of that kind where a request completed."""
+def _runs(results: dict, kind: str) -> dict:
+  """{(system, concurrency or request rate): {repeat: result}} of the cells of that kind where a request completed."""
   out = {}
   for cell in results["cells"]:
     result = cell.get("result")
-    if not result or not result.get("completed"):
+    if not result or not result.get("completed") or bool(cell.get("concurrency")) != (kind == "concurrency"):
       continue
-    if kind == "concurrency" and cell.get("concurrency"):
-      out[(cell["system"], cell["concurrency"])] = result
-    elif kind == "rate" and not cell.get("concurrency"):
-      out[(cell["system"], float(cell["request_rate"]))] = result
+    key = cell["concurrency"] if kind == "concurrency" else float(cell["request_rate"])
+    out.setdefault((cell["system"], key), {})[cell.get("repeat", 0)] = result
   return out
+
+
+def median_result(runs: list[dict]) -> dict:
+  """One run as it is; several: each number their median (None where a run lacks it), the rest the first run's."""
+  if len(runs) == 1:
+    return runs[0]
+  out = dict(runs[0], repeats=len(runs))
+  for key, value in runs[0].items():
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+      values = [run.get(key) for run in runs]
+      out[key] = None if any(v is None for v in values) else float(statistics.median(values))
+  return out
+
+
+def measured(results: dict, kind: str = "concurrency") -> dict:
+  """{(system, concurrency or request rate): result} where a request completed (the median over repeats)."""
+  return {key: median_result(list(runs.values())) for key, runs in _runs(results, kind).items()}
 
 
 def _keys(results: dict, kind: str) -> list:
@@ -32,15 +48,24 @@ def _keys(results: dict, kind: str) -> list:
   return sorted({float(c["request_rate"]) for c in results["cells"] if not c.get("concurrency")})
 
 
-def ratios(results: dict, system: str, baseline: str, kind: str = "concurrency") -> dict:
-  """{concurrency: output throughput of system / baseline's} where both were measured."""
-  cells = measured(results, kind)
+def paired_ratios(results: dict, system: str, baseline: str, kind: str = "concurrency") -> dict:
+  """{concurrency: [output throughput of system / baseline's, for each repeat both measured]}: an interleaved
+  sweep ran a repeat's cells of the two back to back, so each ratio is paired."""
+  runs = _runs(results, kind)
   out = {}
   for key in _keys(results, kind):
-    ours, base = cells.get((system, key)), cells.get((baseline, key))
-    if ours and base and base["output_throughput"] > 0:
-      out[key] = ours["output_throughput"] / base["output_throughput"]
+    ours, base = runs.get((system, key), {}), runs.get((baseline, key), {})
+    found = [ours[r]["output_throughput"] / base[r]["output_throughput"] for r in sorted(ours)
+             if r in base and base[r]["output_throughput"] > 0]
+    if found:
+      out[key] = found
   return out
+
+
+def ratios(results: dict, system: str, baseline: str, kind: str = "concurrency") -> dict:
+  """{concurrency: output throughput of system / baseline's} where both were measured (the paired ratios' median)."""
+  return {key: float(statistics.median(found)) for key, found in paired_ratios(results, system, baseline,
+                                                                                kind).items()}
 
 
 def stops_paying(results: dict, system: str, baseline: str) -> int | None:
@@ -61,12 +86,16 @@ def stops_paying_section(results: dict) -> list[str]:
     stop = stops_paying(results, system, base)
     verdict = ("not measured" if not found else f"{stop}" if stop is not None else
                f"pays at every concurrency ({min(found)}-{max(found)})")
-    rows.append([system, base, verdict, " ".join(f"c{c}:{r:.2f}" for c, r in sorted(found.items())) or "-"])
+    spread = paired_ratios(results, system, base)
+    rows.append([system, base, verdict, " ".join(
+        f"c{c}:{r:.2f}" + (f" ({min(spread[c]):.2f}-{max(spread[c]):.2f})" if len(spread[c]) > 1 else "")
+        for c, r in sorted(found.items())) or "-"])
   if not rows:
     return []
   return ["## Where speculation stops paying", "",
           "The lowest concurrency at which the system's output throughput is below its baseline's at the same "
-          "concurrency.", "", _table(["system", "against", "stops paying at concurrency", "throughput ratio"], rows),
+          "concurrency; with repeats, the median of the ratios paired by repeat (their range in brackets).", "",
+          _table(["system", "against", "stops paying at concurrency", "throughput ratio"], rows),
           ""]
 
 
@@ -79,8 +108,7 @@ def cell_table(results: dict, key, kind: str = "concurrency") -> str:
     r = cells.get((name, key))
     if r is None:
       continue
-    b = cells.get((base, key))
-    ratio = r["output_throughput"] / b["output_throughput"] if b and b["output_throughput"] > 0 else None
+    ratio = ratios(results, name, base, kind).get(key) if base else None
     accept = None if r.get("acceptance_rate") is None else 100.0 * r["acceptance_rate"]
     rows.append([name, f"{r['completed']}/{r['failed']}", r["output_throughput"], ratio, r["median_ttft_ms"],
                  r["median_tpot_ms"], r.get("p99_tpot_ms"), r.get("request_goodput"), accept])
@@ -124,13 +152,22 @@ def failures_section(results: dict) -> list[str]:
   return ["## Failures", "", *lines, ""] if lines else []
 
 
+def _schedule(c: dict) -> str:
+  repeats = c.get("repeats", 1)
+  each = f"; each number the median of {repeats} repeats" if repeats > 1 else ""
+  if c.get("interleave"):
+    return (f"Interleaved: every server up at once, each cell run by all systems back to back in a rotated order"
+            f"{each}, each ratio the median of ratios paired by repeat.")
+  return f"One system after another: each server alone, all its cells, stopped before the next started{each}."
+
+
 def _header(results: dict) -> list[str]:
   c, m = results["config"], results["machine"]
   slos = ", ".join(c.get("goodput") or ()) or "none"
   lines = ["# Serving sweep", "",
            f"{results['date']}; {m['platform']}, {m['cpu_count']} CPUs. Categories {', '.join(c['categories'])}; "
            f"output length {c['output_len'] or 'each category own'}; temperature {c['temperature']:g}; goodput "
-           f"SLOs {slos}; serve config {c['serve_config']}.", "", "Systems:", ""]
+           f"SLOs {slos}; serve config {c['serve_config']}.", "", _schedule(c), "", "Systems:", ""]
   for name, info in results["systems"].items():
     state = f"failed: {info['error'].splitlines()[0]}" if info.get("error") else (
         f"up in {_fmt(info.get('startup_s'), '.0f')} s")
