@@ -105,7 +105,8 @@ def test_repeats_are_paired_by_repeat_and_their_median_reported(tmp_path):
   assert sweep_report.ratios(results, "k4", "autoregressive")[1] == pytest.approx((1.4 + 14 * 0.6 / 1.1 / 5) / 2)
   assert sweep_report.ratios(results, "adaptive", "autoregressive")[1] == pytest.approx(15 / 10)  # one repeat
   cell = sweep_report.measured(results)[("autoregressive", 1)]
-  assert cell["output_throughput"] == pytest.approx(7.5) and cell["repeats"] == 2
+  assert cell["output_throughput"] == pytest.approx(7.5) and cell["repeats"] == 2 and cell["completed"] == 8
+  assert isinstance(cell["completed"], int)
   results["config"].update(interleave=True, repeats=2)
   report = sweep_report.write_report(results, str(tmp_path))
   assert "Interleaved: every server up at once" in report and "median of 2 repeats" in report
@@ -194,10 +195,10 @@ def _port_is_closed(url: str) -> bool:
 
 
 def _tiny_sweep(tmp_path, **changes):
+  changes = {"systems": ("autoregressive", "lookup", "llama-server"), "concurrencies": (1, 2), **changes}
   return _config(output_dir=str(tmp_path), serve_config=os.path.join(ROOT, "configs", "serve_tiny.py"),
-                 systems=("autoregressive", "lookup", "llama-server"),
                  specjax={"autoregressive": {"drafter": ""}, "lookup": {"drafter": "prompt_lookup", "k": 3}},
-                 llama_server={"llama-server": 0}, llama_cpp_dir=str(tmp_path / "no-llama"), concurrencies=(1, 2),
+                 llama_server={"llama-server": 0}, llama_cpp_dir=str(tmp_path / "no-llama"),
                  min_prompts=2, prompts_per_slot=1, categories=("prose", "code"), prompts_per_category=1,
                  output_len=8, ignore_eos=True, endpoint="/v1/completions", token_id_vocab=256, max_prompt_tokens=32,
                  warmup_output_len=2, warmup_prompt_lengths=(1, 17), goodput=("ttft:60000",), timeout_s=60.0,
@@ -248,9 +249,25 @@ def test_an_interleaved_sweep_keeps_every_server_up_and_rotates_the_order(tmp_pa
   assert order == [(0, 1, "autoregressive"), (0, 1, "lookup"), (0, 2, "lookup"), (0, 2, "autoregressive"),
                    (1, 1, "lookup"), (1, 1, "autoregressive"), (1, 2, "autoregressive"), (1, 2, "lookup")]
   assert all(c["error"] is None and c["result"]["completed"] == 2 for c in results["cells"])
+  assert all(0.05 < results["systems"][name]["rss_gib"] < 8 for name in ("autoregressive", "lookup"))
   assert len(sweep_report.paired_ratios(results, "lookup", "autoregressive")[2]) == 2
   assert all(_port_is_closed(c["result"]["base_url"]) for c in results["cells"])
   assert "Interleaved" in open(tmp_path / "report.md").read()
+
+
+def test_a_server_that_would_not_fit_runs_alone_after_the_others(tmp_path, monkeypatch):
+  """Less memory available than the largest live server holds: the next system is deferred, run alone once the
+  interleaved ones stopped, and the report says its ratios are unpaired."""
+  monkeypatch.setattr(servers, "mem_available_gib", lambda: 0.01)
+  lines = []
+  results = sweep.run_sweep(_tiny_sweep(tmp_path, systems=("autoregressive", "lookup"), concurrencies=(1,)),
+                            log=lines.append)
+  assert any(line.startswith("[lookup] deferred: 0.0 GiB available") for line in lines), lines
+  assert [(c["system"], c["repeat"]) for c in results["cells"]] == [("autoregressive", 0), ("autoregressive", 1),
+                                                                    ("lookup", 0), ("lookup", 1)]
+  assert results["systems"]["lookup"]["deferred"] and results["systems"]["lookup"]["error"] is None
+  assert all(c["result"]["completed"] == 2 for c in results["cells"])
+  assert "deferred for memory" in open(tmp_path / "report.md").read()
 
 
 def test_the_script_records_a_peer_without_binaries(tmp_path):

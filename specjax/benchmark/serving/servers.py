@@ -73,6 +73,26 @@ def tail(path: str, chars: int = 2000) -> str:
     return ""
 
 
+def rss_gib(pid: int) -> float | None:
+  """A process's resident memory (GiB) from /proc, None where there is none (another OS, a process gone)."""
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+  except (OSError, StopIteration, ValueError):
+    return None
+  return kib / 2**20
+
+
+def mem_available_gib() -> float | None:
+  """MemAvailable of /proc/meminfo (GiB), None where there is none."""
+  try:
+    with open("/proc/meminfo") as f:
+      kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+  except (OSError, StopIteration, ValueError):
+    return None
+  return kib / 2**20
+
+
 def wait_healthy(process: subprocess.Popen, base_url: str, timeout_s: float, log_path: str) -> float:
   """Seconds until GET /health answered 200; RuntimeError (with the log's tail) if the process exits or time runs
   out first."""

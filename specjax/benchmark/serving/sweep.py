@@ -77,7 +77,7 @@ def _system_info(s: dict, name: str) -> dict:
   return {"kind": "specjax" if name in s["specjax"] else "llama-server",
           "speculative": sweep_config.speculates(s, name), "baselines": sweep_config.baselines(s, name),
           "command": None, "log": os.path.join(s["output_dir"], "logs", f"{name}.log"), "startup_s": None,
-          "warmup": None, "error": None}
+          "warmup": None, "rss_gib": None, "error": None}
 
 
 def _failed(info: dict, name: str, error: Exception, log) -> None:
@@ -104,6 +104,7 @@ def start_system(s: dict, name: str, results: dict, stack: contextlib.ExitStack,
       info["warmup"] = {"completed": warm["completed"], "failed": warm["failed"],
                         "seconds": time.perf_counter() - start, "errors": sorted({e for e in warm["errors"] if e})}
       log(f"[{name}] warmed up: {warm['completed']} requests in {info['warmup']['seconds']:.0f} s")
+    info["rss_gib"] = servers.rss_gib(process.pid)   # what running several servers at once must fit
     return process, base_url
   except Exception as error:
     _failed(info, name, error, log)
@@ -155,8 +156,14 @@ def run_interleaved(s: dict, results: dict, save, log=print) -> None:
   """Every system's server up at once (started and warmed one after another, idle while the others run), then each
   cell run by every system back to back, in an order rotated per cell and repeat: the ratios between systems are
   paired, minutes of machine drift apart no more (`sweep_report.paired_ratios`)."""
+  deferred = []
   with contextlib.ExitStack() as stack:
-    live = {name: up for name in s["systems"] if (up := start_system(s, name, results, stack, save, log))}
+    live = {}
+    for name in s["systems"]:
+      if not fits_beside(results, live, name, log):
+        deferred.append(name)
+      elif up := start_system(s, name, results, stack, save, log):
+        live[name] = up
     for repeat in range(s["repeats"]):
       for i, cell in enumerate(sweep_config.cells(s)):
         for name in rotated(list(live), repeat + i):
@@ -166,7 +173,22 @@ def run_interleaved(s: dict, results: dict, save, log=print) -> None:
             _failed(results["systems"][name], name, error, log)
             del live[name]
         sweep_report.write_outputs(jsonable(results), s["output_dir"])
+  for name in deferred:   # after the others stopped: alone, unpaired
+    run_system(s, name, results, save, log)
+    results["systems"][name]["deferred"] = True
   save()
+
+
+def fits_beside(results: dict, live: dict, name: str, log=print) -> bool:
+  """Whether another server fits in the memory left beside the live ones: as much as the largest of theirs, with
+  a tenth to spare. Three 16-slot specjax servers (7-8 GiB each) do not fit 24 GiB beside a llama-server."""
+  largest = max((results["systems"][other].get("rss_gib") or 0.0 for other in live), default=0.0)
+  available = servers.mem_available_gib()
+  if not largest or available is None or available >= 1.1 * largest:
+    return True
+  log(f"[{name}] deferred: {available:.1f} GiB available, the largest server up holds {largest:.1f} GiB; it runs "
+      f"alone after the others stop (its ratios unpaired)")
+  return False
 
 
 def run_sweep(config, log=print) -> dict:

@@ -33,7 +33,8 @@ def median_result(runs: list[dict]) -> dict:
   for key, value in runs[0].items():
     if isinstance(value, (int, float)) and not isinstance(value, bool):
       values = [run.get(key) for run in runs]
-      out[key] = None if any(v is None for v in values) else float(statistics.median(values))
+      median = None if any(v is None for v in values) else statistics.median(values)
+      out[key] = int(median) if isinstance(value, int) and float(median or 0).is_integer() else median
   return out
 
 
@@ -169,8 +170,10 @@ def _header(results: dict) -> list[str]:
            f"output length {c['output_len'] or 'each category own'}; temperature {c['temperature']:g}; goodput "
            f"SLOs {slos}; serve config {c['serve_config']}.", "", _schedule(c), "", "Systems:", ""]
   for name, info in results["systems"].items():
+    rss = f", {info['rss_gib']:.1f} GiB resident after warmup" if info.get("rss_gib") else ""
+    rss += "; deferred for memory: ran alone after the interleaved ones, unpaired" if info.get("deferred") else ""
     state = f"failed: {info['error'].splitlines()[0]}" if info.get("error") else (
-        f"up in {_fmt(info.get('startup_s'), '.0f')} s")
+        f"up in {_fmt(info.get('startup_s'), '.0f')} s{rss}")
     lines.append(f"- **{name}** ({info['kind']}; {state}): `{' '.join(info.get('command') or ['-'])}`")
   return lines + [""]
 
