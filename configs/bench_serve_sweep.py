@@ -9,6 +9,8 @@ each loaded at every concurrency (and request rate); report.md says where each s
 Writes results.json (after every cell), report.md and *.png into output_dir; each server's log in output_dir/logs.
 Every server is up at once (each on a free loopback port, stopped by SIGTERM at the end) and each cell is run by
 all systems back to back, `repeats` times in rotated orders: the ratios are paired, not minutes of drift apart.
+A server that would not fit in the memory left beside the others runs alone after they stop (unpaired; a 16-slot
+specjax server holds 7-8 GiB, so on 24 GiB run at most two specjax systems per sweep to keep every ratio paired).
 """
 
 import ml_collections

@@ -107,6 +107,7 @@ def test_repeats_are_paired_by_repeat_and_their_median_reported(tmp_path):
   cell = sweep_report.measured(results)[("autoregressive", 1)]
   assert cell["output_throughput"] == pytest.approx(7.5) and cell["repeats"] == 2 and cell["completed"] == 8
   assert isinstance(cell["completed"], int)
+  assert sweep_report.median_result([{"completed": 2, "p99_tpot_ms": 3.0}, {"completed": 2}])["p99_tpot_ms"] is None
   results["config"].update(interleave=True, repeats=2)
   report = sweep_report.write_report(results, str(tmp_path))
   assert "Interleaved: every server up at once" in report and "median of 2 repeats" in report

@@ -34,7 +34,8 @@ def median_result(runs: list[dict]) -> dict:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
       values = [run.get(key) for run in runs]
       median = None if any(v is None for v in values) else statistics.median(values)
-      out[key] = int(median) if isinstance(value, int) and float(median or 0).is_integer() else median
+      whole = median is not None and isinstance(value, int) and float(median).is_integer()
+      out[key] = int(median) if whole else median
   return out
 
 
