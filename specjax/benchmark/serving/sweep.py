@@ -160,7 +160,7 @@ def run_interleaved(s: dict, results: dict, save, log=print) -> None:
   with contextlib.ExitStack() as stack:
     live = {}
     for name in s["systems"]:
-      if not fits_beside(results, live, name, log):
+      if not fits_beside(results, live, name, _system_info(s, name)["kind"], log):
         deferred.append(name)
       elif up := start_system(s, name, results, stack, save, log):
         live[name] = up
@@ -179,14 +179,17 @@ def run_interleaved(s: dict, results: dict, save, log=print) -> None:
   save()
 
 
-def fits_beside(results: dict, live: dict, name: str, log=print) -> bool:
-  """Whether another server fits in the memory left beside the live ones: as much as the largest of theirs, with
-  a tenth to spare. Three 16-slot specjax servers (7-8 GiB each) do not fit 24 GiB beside a llama-server."""
-  largest = max((results["systems"][other].get("rss_gib") or 0.0 for other in live), default=0.0)
+def fits_beside(results: dict, live: dict, name: str, kind: str, log=print) -> bool:
+  """Whether another server of `kind` fits in the memory left beside the live ones: what the largest live one of
+  its kind holds, and a third more (a server's warmup peaks above what it holds after); the first of its kind
+  starts. Three 16-slot specjax servers (7-8 GiB each) do not fit 24 GiB."""
+  systems = results["systems"]
+  largest = max((systems[other].get("rss_gib") or 0.0 for other in live if systems[other]["kind"] == kind),
+                default=0.0)
   available = servers.mem_available_gib()
-  if not largest or available is None or available >= 1.1 * largest:
+  if not largest or available is None or available >= 4 / 3 * largest:
     return True
-  log(f"[{name}] deferred: {available:.1f} GiB available, the largest server up holds {largest:.1f} GiB; it runs "
+  log(f"[{name}] deferred: {available:.1f} GiB available, a {kind} server up holds {largest:.1f} GiB; it runs "
       f"alone after the others stop (its ratios unpaired)")
   return False
 
