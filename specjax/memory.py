@@ -10,19 +10,25 @@ from specjax.config import ModelConfig
 GiB = 2**30
 
 
+def proc_kib(path: str, field: str) -> int | None:
+  """A kB field of a /proc file (`VmHWM` or `VmRSS` of /proc/PID/status, `MemAvailable` of /proc/meminfo); None
+  where there is none (another OS, a process gone)."""
+  try:
+    with open(path) as f:
+      return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+  except (OSError, StopIteration, ValueError, IndexError):
+    return None
+
+
 def peak_resident_bytes() -> int:
   """This process's peak resident set size so far.
 
   Linux reads VmHWM, the high-water mark of this address space: getrusage's ru_maxrss survives fork + exec, so a
   script started from a large parent (a test runner) would report the parent's peak as its own.
   """
-  try:
-    with open("/proc/self/status") as status:
-      for line in status:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
+  high_water = proc_kib("/proc/self/status", "VmHWM")
+  if high_water is not None:
+    return high_water * 1024
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   return int(peak if sys.platform == "darwin" else peak * 1024)
 

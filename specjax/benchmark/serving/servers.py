@@ -15,6 +15,7 @@ import httpx
 
 from specjax.benchmark import llama_cpp, peers
 from specjax.benchmark.serving.sweep_config import ROOT
+from specjax.memory import proc_kib
 
 HOST = "127.0.0.1"
 
@@ -74,23 +75,15 @@ def tail(path: str, chars: int = 2000) -> str:
 
 
 def rss_gib(pid: int) -> float | None:
-  """A process's resident memory (GiB) from /proc, None where there is none (another OS, a process gone)."""
-  try:
-    with open(f"/proc/{pid}/status") as f:
-      kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-  except (OSError, StopIteration, ValueError):
-    return None
-  return kib / 2**20
+  """A process's resident memory (GiB), None where /proc has none (another OS, a process gone)."""
+  kib = proc_kib(f"/proc/{pid}/status", "VmRSS")
+  return None if kib is None else kib / 2**20
 
 
 def mem_available_gib() -> float | None:
-  """MemAvailable of /proc/meminfo (GiB), None where there is none."""
-  try:
-    with open("/proc/meminfo") as f:
-      kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
-  except (OSError, StopIteration, ValueError):
-    return None
-  return kib / 2**20
+  """The memory available to a new process (GiB, MemAvailable), None where /proc has none."""
+  kib = proc_kib("/proc/meminfo", "MemAvailable")
+  return None if kib is None else kib / 2**20
 
 
 def wait_healthy(process: subprocess.Popen, base_url: str, timeout_s: float, log_path: str) -> float:

@@ -73,8 +73,12 @@ def command(s: dict, name: str, port: int) -> list[str]:
                                       s["llama_cpp_threads"])
 
 
+def _kind(s: dict, name: str) -> str:
+  return "specjax" if name in s["specjax"] else "llama-server"
+
+
 def _system_info(s: dict, name: str) -> dict:
-  return {"kind": "specjax" if name in s["specjax"] else "llama-server",
+  return {"kind": _kind(s, name),
           "speculative": sweep_config.speculates(s, name), "baselines": sweep_config.baselines(s, name),
           "command": None, "log": os.path.join(s["output_dir"], "logs", f"{name}.log"), "startup_s": None,
           "warmup": None, "rss_gib": None, "error": None}
@@ -160,7 +164,7 @@ def run_interleaved(s: dict, results: dict, save, log=print) -> None:
   with contextlib.ExitStack() as stack:
     live = {}
     for name in s["systems"]:
-      if not fits_beside(results, live, name, _system_info(s, name)["kind"], log):
+      if not fits_beside(results, live, name, _kind(s, name), log):
         deferred.append(name)
       elif up := start_system(s, name, results, stack, save, log):
         live[name] = up
