@@ -212,8 +212,9 @@ class Engine:
     """Compiles the programs of these sampling settings and prompt lengths' buckets with throwaway requests (the
     engine stepped here: call before `start`), admitted together in each of `admit_rows` (a burst of that many is
     prefilled by one program of its own), with all_buckets the step programs at every row bucket too (and the
-    adaptive policy's round costs there) and the spare state of every row bucket (`RowStates.prepare_spares`), then
-    zeroes the metrics, the served steps' times and the adaptive policy's acceptance estimate."""
+    adaptive policy's round costs there), the spare state of every row bucket (`RowStates.prepare_spares`) and the
+    write of each such admission into each (`RowStates.prepare_writes`), then zeroes the metrics, the served steps'
+    times and the adaptive policy's acceptance estimate."""
     rows_each = sorted({min(max(int(rows), 1), self.slots, ADMIT_ROWS) for rows in admit_rows})
     for sampling in samplings:
       for length in prompt_lengths:
@@ -228,6 +229,8 @@ class Engine:
     if all_buckets and not self.num_running:   # the same for every sampling setting; they overwrite rows
       with self._step_lock:
         self._slots.prepare_spares(self._specs[request.group])
+        self._slots.prepare_writes(self._specs[request.group], [min(prompt_bucket(n), self.size)
+                                                                for n in prompt_lengths], rows_each)
     self.metrics.reset()
     self._slots.served.clear()
     self._slots.speculation = None   # the throwaway prompts' acceptance is no estimate of the served ones'

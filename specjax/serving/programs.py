@@ -49,19 +49,34 @@ def admit_row(target_params, drafter_params, tokens_BxS, prompt_len_B, max_new_B
 admit_program = jax.jit(admit_row, static_argnames=("spec",))
 
 
+def row_shapes(target_params, drafter_params, rows: int, width: int, key, *, spec: DecodeSpec):
+  """The shapes (`jax.ShapeDtypeStruct`) of an admission's row fields: `rows` rows of `width` positions."""
+  tokens = jax.ShapeDtypeStruct((rows, width), jnp.int32)
+  lengths = jax.ShapeDtypeStruct((rows,), jnp.int32)
+  keys = jax.eval_shape(lambda: jax.random.split(key, rows))
+  return jax.eval_shape(functools.partial(admit_row, spec=spec), target_params, drafter_params, tokens, lengths,
+                        lengths, keys)
+
+
+def zero_rows(shapes, rows: int, axes: tuple) -> dict:
+  """Row fields of one row's shapes (`row_shapes`) widened to `rows` rows along their batch axes (`row_axes`), all
+  zero (keys: any key): what compiles `write_rows` without a prefill."""
+  def zero(shape, axis):
+    dims = shape.shape if axis is None else shape.shape[:axis] + (rows,) + shape.shape[axis + 1:]
+    if jax.dtypes.issubdtype(shape.dtype, jax.dtypes.prng_key):
+      return jax.random.split(jax.random.key(0), dims)
+    return jnp.zeros(dims, shape.dtype)
+
+  leaves, treedef = jax.tree.flatten(shapes)
+  return jax.tree.unflatten(treedef, [zero(leaf, axis) for leaf, axis in zip(leaves, axes)])
+
+
 def row_axes(target_params, drafter_params, size: int, key, *, spec: DecodeSpec) -> tuple:
   """The batch axis of every leaf of a row (`jax.tree.leaves` order; None: a leaf without one), found by tracing
   the admission at batch 1 and 2 (a drafter's state may keep its batch on any axis, e.g. a KV cache's second)."""
-
-  def shapes(batch):
-    tokens = jax.ShapeDtypeStruct((batch, size), jnp.int32)
-    lengths = jax.ShapeDtypeStruct((batch,), jnp.int32)
-    keys = jax.eval_shape(lambda: jax.random.split(key, batch))
-    return jax.tree.leaves(jax.eval_shape(functools.partial(admit_row, spec=spec), target_params, drafter_params,
-                                          tokens, lengths, lengths, keys))
-
   axes = []
-  for one, two in zip(shapes(1), shapes(2)):
+  for one, two in zip(*(jax.tree.leaves(row_shapes(target_params, drafter_params, batch, size, key, spec=spec))
+                        for batch in (1, 2))):
     differ = [i for i, (a, b) in enumerate(zip(one.shape, two.shape)) if a != b]
     if len(differ) > 1 or len(one.shape) != len(two.shape):
       raise ValueError(f"a decode state leaf of shape {one.shape} at batch 1 / {two.shape} at batch 2 has no single "
@@ -112,7 +127,7 @@ def write_rows(slots: DecodeState, rows: dict, from_N, to_N, *, axes: tuple) -> 
   """Row from_N[i] of `rows` (row fields) written over row to_N[i] of the state, in place (buffers donated): one
   row update each (a scatter of N rows runs element by element on XLA's CPU backend). Admissions write their new
   rows into their slots; resizes into a state already allocated move the kept rows (`RowStates`' spare states). Rows
-  narrower than the state (`slots.admission_width`) fill their prefix; the row keeps what lies past it."""
+  narrower than the state (`row_states.admission_width`) fill their prefix; the row keeps what lies past it."""
   def put(leaf, new, axis):
     for i in range(from_N.shape[0]):
       row = jax.lax.dynamic_slice_in_dim(new, from_N[i], 1, axis=axis)

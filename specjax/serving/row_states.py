@@ -7,12 +7,21 @@ import itertools
 import jax
 import numpy as np
 
+from specjax.cache import cache_size
 from specjax.engine.programs import params_for
 from specjax.engine.state import row_keys
 from specjax.host import prompt_bucket
 from specjax.serving import programs
 from specjax.serving.metrics import EngineMetrics
 from specjax.spec import DecodeSpec
+
+
+def admission_width(bucket: int, size: int) -> int:
+  """Positions of the rows an admission prefills: its prompt bucket and the first token (at most the slots' size).
+  A full-size row would be allocated and written whole per admission (SmolLM2, 2048 positions: 205 ms against 86
+  for a 60-token prompt); `programs.write_rows` writes this prefix into the slot, whose positions beyond it are past the
+  row's length, where nothing reads (as after a rollback)."""
+  return min(cache_size(bucket + 1), size)
 
 
 class RowStates:
@@ -104,6 +113,30 @@ class RowStates:
     """Forgets the device state (after a failed program: its donated buffers may be gone)."""
     self.state = None
     self.spare.clear()
+
+  def prepare_writes(self, spec: DecodeSpec, prompt_buckets, admit_rows) -> None:
+    """Compiles the write of every admission the warmup's prompt buckets and burst sizes can make into every row
+    bucket's state (call with no request active: zero rows are written over free ones). The warmup's own
+    admissions compile only the bucket they happen to grow to; the others compiled mid-cell (0.05-0.4 s each, 22
+    of them over the sweep's first pass, SmolLM2, 2026-12-03)."""
+    self._ensure_blank(spec)
+    params, key = params_for(self.target, spec), jax.random.key(0)
+    states = {bucket: self.spare.pop(bucket, None) for bucket in self.buckets if bucket != self.capacity}
+    if self.state is not None:
+      states[self.capacity] = self.state
+    self.state = None
+    shapes = {prompt: programs.row_shapes(params, self.drafter_params, 1, admission_width(prompt, self.size), key,
+                                          spec=spec.replace(prompt_bucket=prompt)) for prompt in set(prompt_buckets)}
+    for bucket in self.buckets:
+      state = states.get(bucket)
+      state = self.blank_state(bucket, spec) if state is None else state
+      for prompt, rows in itertools.product(sorted(shapes), sorted({n for n in admit_rows if n <= bucket})):
+        index_N = np.arange(rows, dtype=np.int32)
+        state = programs.write_rows(state, programs.zero_rows(shapes[prompt], rows, self.axes), index_N, index_N,
+                                    axes=self.axes)
+      states[bucket] = jax.block_until_ready(state)
+    self.state = states.pop(self.capacity, None)
+    self.spare = {bucket: state for bucket, state in states.items() if self.spare_states}
 
   def prepare_spares(self, spec: DecodeSpec) -> None:
     """With spare_states (call with no request active: rows are overwritten): a state of every row bucket, and the

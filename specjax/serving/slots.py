@@ -13,12 +13,11 @@ import time
 import jax
 import numpy as np
 
-from specjax.cache import cache_size
 from specjax.engine.programs import params_for
 from specjax.engine.state import row_keys
 from specjax.host import prompt_bucket
 from specjax.serving import calibration, programs
-from specjax.serving.row_states import RowStates
+from specjax.serving.row_states import RowStates, admission_width
 from specjax.serving.speculation import StepPolicy
 from specjax.serving.metrics import EngineMetrics
 from specjax.serving.request import Request, RequestHandle, RequestStats, Update
@@ -27,14 +26,6 @@ from specjax.spec import DecodeSpec
 log = logging.getLogger(__name__)
 # Positions per call of the drafter's catch-up (`programs.catch_up_program`).
 CATCH_UP_CHUNK = 32
-
-
-def admission_width(bucket: int, size: int) -> int:
-  """Positions of the rows an admission prefills: its prompt bucket and the first token (at most the slots' size).
-  A full-size row would be allocated and written whole per admission (SmolLM2, 2048 positions: 205 ms against 86
-  for a 60-token prompt); `programs.write_rows` writes this prefix into the slot, whose positions beyond it are past the
-  row's length, where nothing reads (as after a rollback)."""
-  return min(cache_size(bucket + 1), size)
 
 
 def deliver(handle: RequestHandle, update: Update) -> None:
@@ -139,7 +130,7 @@ class Slots(RowStates):
     if not spec.adaptive:
       return None
     if self.speculation is None:
-      self.speculation = StepPolicy(spec.k, self.rounds)
+      self.speculation = StepPolicy(spec.k, self.rounds, self.slots)
     tokens_left = max(int(self.max_new_S[s]) - self.table[s].completion_tokens for s in rows)
     return self.speculation.choose(self.round_costs(spec, self.capacity), tokens_left,
                                    measure_ar=self.served_costs and self.served.stale(self.capacity))

@@ -17,19 +17,39 @@ import numpy as np
 from specjax.policy import PolicyInputs, SpeculationPolicy, choose_branch, init_policy_state, update_policy_state
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _choose(policy: SpeculationPolicy, state, inputs, round_index, tokens_left):
+  return choose_branch(policy, state, inputs, round_index, tokens_left)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _fold_step(policy: SpeculationPolicy, state, branch, accepted_RxS, k_R, round_cost_N):
+  """A step's rounds folded into the estimate in one call; a round without an active row (-1 everywhere: the step
+  ended early, or padding) leaves the state as it was."""
+  def fold(state, round_inputs):
+    accepted_S, k = round_inputs
+    active_S = accepted_S >= 0
+    new = update_policy_state(policy, state, branch, k, jnp.maximum(accepted_S, 0), active_S, round_cost_N)
+    return jax.tree.map(lambda a, b: jnp.where(active_S.any(), a, b), new, state), None
+
+  return jax.lax.scan(fold, state, (accepted_RxS, k_R))[0]
+
+
 class StepPolicy:
   """The policy state across steps; `choose` gives a step's K, `observe` folds its rounds in. A probe lasts a
   step of `rounds_per_step` rounds, so the probe budget and spacing (counted in rounds) are scaled by it: failed
-  probes still cost at most `probe_budget` of the autoregressive time."""
+  probes still cost at most `probe_budget` of the autoregressive time. Each step's rounds are padded to
+  `rounds_per_step` x `rows` (the engine's slots), so the compiled update has one shape whatever the load: a shape
+  per active-row count cost a compilation (about 0.2 s) the first time each count was served, mid-burst. The
+  compiled functions take the policy as a static argument, so a new StepPolicy (each warmup) reuses them."""
 
-  def __init__(self, policy: SpeculationPolicy, rounds_per_step: int = 1):
+  def __init__(self, policy: SpeculationPolicy, rounds_per_step: int = 1, rows: int = 1):
     self.policy = policy
-    stepwise = dataclasses.replace(policy, probe_budget=policy.probe_budget / rounds_per_step,
-                                   probe_interval=policy.probe_interval * rounds_per_step,
-                                   max_probe_interval=policy.max_probe_interval * rounds_per_step)
-    self.state = init_policy_state(stepwise)
-    self._choose = jax.jit(functools.partial(choose_branch, stepwise))
-    self._update = jax.jit(functools.partial(update_policy_state, stepwise))
+    self.stepwise = dataclasses.replace(policy, probe_budget=policy.probe_budget / rounds_per_step,
+                                        probe_interval=policy.probe_interval * rounds_per_step,
+                                        max_probe_interval=policy.max_probe_interval * rounds_per_step)
+    self.state = init_policy_state(self.stepwise)
+    self.rounds_per_step, self.rows = rounds_per_step, rows
     self._branch, self._costs = 0, None   # the last step's branch and round costs (what `observe` folds in)
 
   def choose(self, round_cost_N, tokens_left: int, measure_ar: bool = False) -> int:
@@ -41,16 +61,21 @@ class StepPolicy:
     # Until a round has measured the drafter, the first step that could pay probes (as round 0 does in `generate`)
     # whatever this request has left: the acceptance it learns serves every later request, not this one alone.
     measured = bool(self.state.measured)
-    self._branch = int(self._choose(self.state, inputs, self.state.rounds if measured else jnp.int32(0),
-                                    jnp.int32(tokens_left) if measured else None))
+    self._branch = int(_choose(self.stepwise, self.state, inputs, self.state.rounds if measured else jnp.int32(0),
+                               jnp.int32(tokens_left if measured else np.iinfo(np.int32).max)))
     if measure_ar:
       self._branch = 0
     return self.policy.branch_ks[self._branch]
 
   def observe(self, accepted_RxB, k_R) -> None:
     """The step's rounds (accepted drafts per round and row, -1 where the row was done or inactive)."""
-    for accepted_B, k in zip(np.asarray(accepted_RxB), np.asarray(k_R)):
-      active_B = accepted_B >= 0
-      if active_B.any():
-        self.state = self._update(self.state, jnp.int32(self._branch), jnp.int32(k), jnp.asarray(np.maximum(
-            accepted_B, 0)), jnp.asarray(active_B), self._costs)
+    accepted_RxB, k_R = np.asarray(accepted_RxB), np.asarray(k_R)
+    rounds, rows = accepted_RxB.shape
+    if rounds > self.rounds_per_step or rows > self.rows:
+      raise ValueError(f"a step of {rounds} rounds over {rows} rows; this policy folds at most {self.rounds_per_step} "
+                       f"rounds of {self.rows} rows")
+    padded_RxS = np.full((self.rounds_per_step, self.rows), -1, np.int32)
+    padded_RxS[:rounds, :rows] = accepted_RxB
+    padded_R = np.zeros((self.rounds_per_step,), np.int32)
+    padded_R[:rounds] = k_R
+    self.state = _fold_step(self.stepwise, self.state, jnp.int32(self._branch), padded_RxS, padded_R, self._costs)

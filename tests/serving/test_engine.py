@@ -275,18 +275,17 @@ def _buffer(state):
 
 
 def test_resizes_write_into_the_states_they_left(target, expected):
-  """Warmup makes a state of every row bucket and runs the moves between them; serving then resizes into those
-  buffers (no state allocated, no program compiled), and requests in rows that held others' tokens still give
-  offline's tokens."""
+  """Warmup makes a state of every row bucket, runs the moves between them and compiles every admission's write
+  into each; serving then resizes into those buffers and admits (no state allocated, no program compiled), and
+  requests in rows that held others' tokens still give offline's tokens."""
   from specjax.serving import programs
   engine = Engine(target, drafter=_drafter("draft_model"), k=2, slots=4, rounds_per_step=2, max_model_len=64,
                   shrink_after=1)
-  engine.warmup(prompt_lengths=(8, 14))
+  engine.warmup(prompt_lengths=(8, 14), admit_rows=(1, 2))
   assert sorted(engine._slots.spare) == [b for b in (1, 2, 4) if b != engine._slots.capacity]
   buffer_4, allocations = _buffer(engine._slots.spare[4]), programs.resize_rows._cache_size()
-  for n, burst in enumerate(((0, 1, 2), (2, 0, 4))):   # 3 rows (4-row state), then back to 1 row, then 3 rows again
-    if n:
-      writes = programs.write_rows._cache_size()   # the first burst's admissions compiled their own writes
+  writes, admissions = programs.write_rows._cache_size(), programs.admit_program._cache_size()
+  for burst in ((0, 1, 2), (2, 0, 4)):   # 3 rows (4-row state: 2 + 1 admitted), back to 1 row, then 3 rows again
     handles = [engine.submit(Request(*REQUESTS[i], GREEDY)) for i in burst]
     engine.step()
     assert engine._slots.capacity == 4 and _buffer(engine._slots.state) == buffer_4
@@ -296,6 +295,13 @@ def test_resizes_write_into_the_states_they_left(target, expected):
       engine.step()
     assert engine._slots.capacity == 1
   assert programs.write_rows._cache_size() == writes and programs.resize_rows._cache_size() == allocations
+  assert programs.admit_program._cache_size() == admissions
+  late = [engine.submit(Request(*REQUESTS[i], GREEDY)) for i in (1, 3)]   # 2 rows admitted into a 1-row state's
+  engine.step()                                                          # bucket grown to 2, then one more row
+  late.append(engine.submit(Request(*REQUESTS[4], GREEDY)))              # into the 4-row state
+  _run_until_finished(engine, late)
+  assert [h.result(timeout=0).token_ids for h in late] == [expected[i] for i in (1, 3, 4)]
+  assert programs.write_rows._cache_size() == writes
 
 
 def test_the_adaptive_policy_is_served_exactly_and_sees_the_load(target, expected):
