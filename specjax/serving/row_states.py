@@ -5,6 +5,7 @@ states that calibration and compilation run on."""
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.cache import cache_size
@@ -132,8 +133,9 @@ class RowStates:
       state = self.blank_state(bucket, spec) if state is None else state
       for prompt, rows in itertools.product(sorted(shapes), sorted({n for n in admit_rows if n <= bucket})):
         index_N = np.arange(rows, dtype=np.int32)
-        state = programs.write_rows(state, programs.zero_rows(shapes[prompt], rows, self.axes), index_N, index_N,
-                                    axes=self.axes)
+        fields = programs.zero_rows(shapes[prompt], rows, self.axes)   # free rows as the blank one: done, one token
+        fields.update(done_B=jnp.ones((rows,), bool), seq_len_B=jnp.ones((rows,), jnp.int32))
+        state = programs.write_rows(state, fields, index_N, index_N, axes=self.axes)
       states[bucket] = jax.block_until_ready(state)
     self.state = states.pop(self.capacity, None)
     self.spare = {bucket: state for bucket, state in states.items() if self.spare_states}
