@@ -229,8 +229,7 @@ class Engine:
     if all_buckets and not self.num_running:   # the same for every sampling setting; they overwrite rows
       with self._step_lock:
         self._slots.prepare_spares(self._specs[request.group])
-        self._slots.prepare_writes(self._specs[request.group], [min(prompt_bucket(n), self.size)
-                                                                for n in prompt_lengths], rows_each)
+        self._slots.prepare_writes(self._specs[request.group], prompt_lengths, rows_each)
     self.metrics.reset()
     self._slots.served.clear()
     self._slots.speculation = None   # the throwaway prompts' acceptance is no estimate of the served ones'

@@ -57,6 +57,10 @@ class RowStates:
     self.blank = programs.admit_program(params, self.drafter_params, tokens_1xL, np.ones((1,), np.int32),
                                         np.ones((1,), np.int32), row_keys(key, 1), spec=spec)
 
+  def admission_bucket(self, length: int) -> int:
+    """The prompt bucket an admission of a `length`-token prompt prefills (at most the slots' size)."""
+    return min(prompt_bucket(length), self.size)
+
   def blank_state(self, rows: int, spec: DecodeSpec):
     """A state of `rows` blank rows (calibration and compilation run on it)."""
     self._ensure_blank(spec)
@@ -73,7 +77,7 @@ class RowStates:
       self._filled = {(spec, context): programs.admit_program(
           params_for(self.target, spec), self.drafter_params, tokens_1xL, np.array([context], np.int32),
           np.array([self.size - context - 1], np.int32), row_keys(jax.random.key(0), 1),
-          spec=spec.replace(prompt_bucket=min(prompt_bucket(context), self.size)))}
+          spec=spec.replace(prompt_bucket=self.admission_bucket(context)))}
     return programs.new_state(self._resized(self._filled[(spec, context)], [0] * rows), self.rounds)
 
   def _resized(self, rows: dict, index: list[int]) -> dict:
@@ -115,44 +119,47 @@ class RowStates:
     self.state = None
     self.spare.clear()
 
-  def prepare_writes(self, spec: DecodeSpec, prompt_buckets, admit_rows) -> None:
-    """Compiles the write of every admission the warmup's prompt buckets and burst sizes can make into every row
+  def prepare_writes(self, spec: DecodeSpec, prompt_lengths, admit_rows) -> None:
+    """Compiles the write of every admission these prompt lengths' buckets and burst sizes can make into every row
     bucket's state (call with no request active: zero rows are written over free ones). The warmup's own
     admissions compile only the bucket they happen to grow to; the others compiled mid-cell (0.05-0.4 s each, 22
     of them over the sweep's first pass, SmolLM2, 2026-12-03)."""
-    self._ensure_blank(spec)
     params, key = params_for(self.target, spec), jax.random.key(0)
-    states = {bucket: self.spare.pop(bucket, None) for bucket in self.buckets if bucket != self.capacity}
-    if self.state is not None:
-      states[self.capacity] = self.state
-    self.state = None
+    states, capacity = self._every_state(spec)
     shapes = {prompt: programs.row_shapes(params, self.drafter_params, 1, admission_width(prompt, self.size), key,
-                                          spec=spec.replace(prompt_bucket=prompt)) for prompt in set(prompt_buckets)}
+                                          spec=spec.replace(prompt_bucket=prompt))
+              for prompt in {self.admission_bucket(n) for n in prompt_lengths}}
     for bucket in self.buckets:
-      state = states.get(bucket)
-      state = self.blank_state(bucket, spec) if state is None else state
       for prompt, rows in itertools.product(sorted(shapes), sorted({n for n in admit_rows if n <= bucket})):
         index_N = np.arange(rows, dtype=np.int32)
         fields = programs.zero_rows(shapes[prompt], rows, self.axes)   # free rows as the blank one: done, one token
         fields.update(done_B=jnp.ones((rows,), bool), seq_len_B=jnp.ones((rows,), jnp.int32))
-        state = programs.write_rows(state, fields, index_N, index_N, axes=self.axes)
-      states[bucket] = jax.block_until_ready(state)
-    self.state = states.pop(self.capacity, None)
-    self.spare = {bucket: state for bucket, state in states.items() if self.spare_states}
+        states[bucket] = programs.write_rows(states[bucket], fields, index_N, index_N, axes=self.axes)
+    self._keep(jax.block_until_ready(states), capacity)
 
   def prepare_spares(self, spec: DecodeSpec) -> None:
     """With spare_states (call with no request active: rows are overwritten): a state of every row bucket, and the
     move between any two run once (a program per pair), so no resize allocates or compiles while serving."""
     if not self.spare_states:
       return
-    states = {bucket: self.spare[bucket] if bucket in self.spare else self.blank_state(bucket, spec)
-              for bucket in self.buckets if bucket != self.capacity}
-    if self.state is not None:
-      states[self.capacity] = self.state
-    self.state = None
+    states, capacity = self._every_state(spec)
     for old, new in itertools.permutations(self.buckets, 2):
       rows_N = np.arange(min(old, new), dtype=np.int32)
       states[new] = programs.write_rows(states[new], programs.row_fields(states[old]), rows_N, rows_N, axes=self.axes)
-    jax.block_until_ready(states)
-    self.state = states.pop(self.capacity, None)
-    self.spare = states
+    self._keep(jax.block_until_ready(states), capacity)
+
+  def _every_state(self, spec: DecodeSpec) -> tuple[dict, int]:
+    """({row bucket: a state}, the bucket in use): every state taken out of the engine (the current one, the spares,
+    blank ones for the rest) for programs to run on; `_keep` puts them back."""
+    self._ensure_blank(spec)
+    capacity, current = self.capacity, self.state
+    states = {bucket: self.spare.pop(bucket, None) for bucket in self.buckets}
+    states[capacity], self.state = current, None
+    return {bucket: self.blank_state(bucket, spec) if states[bucket] is None else states[bucket]
+            for bucket in self.buckets}, capacity
+
+  def _keep(self, states: dict, capacity: int) -> None:
+    """The states of `_every_state` back: the bucket that was in use in use again, the others spare (with
+    spare_states)."""
+    self.state = states.pop(capacity, None)
+    self.spare = states if self.spare_states else {}

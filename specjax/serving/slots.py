@@ -15,7 +15,6 @@ import numpy as np
 
 from specjax.engine.programs import params_for
 from specjax.engine.state import row_keys
-from specjax.host import prompt_bucket
 from specjax.serving import calibration, programs
 from specjax.serving.row_states import RowStates, admission_width
 from specjax.serving.speculation import StepPolicy
@@ -141,7 +140,7 @@ class Slots(RowStates):
     now = time.perf_counter()
     lengths = [len(handle.request.prompt_ids) for handle, _ in batch]
     self.grow_to_hold(max(slot for _, slot in batch), spec)
-    spec = spec.replace(prompt_bucket=min(prompt_bucket(max(lengths)), self.size))
+    spec = spec.replace(prompt_bucket=self.admission_bucket(max(lengths)))
     tokens_NxL = np.zeros((len(batch), admission_width(spec.prompt_bucket, self.size)), np.int32)
     for i, (handle, _) in enumerate(batch):
       tokens_NxL[i, :lengths[i]] = handle.request.prompt_ids

@@ -17,9 +17,7 @@ import numpy as np
 from specjax.policy import PolicyInputs, SpeculationPolicy, choose_branch, init_policy_state, update_policy_state
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _choose(policy: SpeculationPolicy, state, inputs, round_index, tokens_left):
-  return choose_branch(policy, state, inputs, round_index, tokens_left)
+_choose = jax.jit(choose_branch, static_argnums=0)
 
 
 @functools.partial(jax.jit, static_argnums=0)
