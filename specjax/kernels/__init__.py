@@ -2,4 +2,4 @@
 few-query cache attention)."""
 
 from specjax.kernels.linear import kernels_enabled, use_kernels
-from specjax.kernels.packed import PackedKernel, dense, packed_params, plain
+from specjax.kernels.packed import PackedKernel, dense, dense_group, packed_params, plain

@@ -5,9 +5,12 @@ column tiles [T, K, 48], so that 1..64 rows stream each weight once, front to ba
 2-D float32 `kernel` and a tied `embed` become a `PackedKernel` that holds the original array (for XLA's dot on
 prefill-sized blocks and for the embedding lookup) and its tiles (for the kernel). It is made once per Model, costs
 the weights' bytes again, and leaves the Model as it was: checkpoints, sharding, drafters and training see the
-plain parameters.
+plain parameters. Sibling kernels that read one input (q, k, v; gate, up) are packed together: the first holds the
+tiles of all of them side by side and one kernel call computes the group (`dense_group`), which at one to five rows
+streams the weights faster than one call each (SmolLM2: 0.6-0.8 ms of a 15 ms step).
 """
 
+import itertools
 import math
 import weakref
 
@@ -21,15 +24,21 @@ from specjax.kernels import linear
 
 TILE = 48        # cpu_packed.cc's kTile
 MAX_ROWS = 64    # cpu_packed.cc's kMaxRows
+# Sibling Dense modules that read one input: the packed view keeps each group's tiles in its first kernel.
+FUSED = (("q", "k", "v"), ("gate", "up"))
 
 
 @flax.struct.dataclass
 class PackedKernel:
-  """W and its tiles. `kernel` is W [K, N], or the table [N, K] when `transposed` (a tied embedding)."""
+  """W and its tiles. `kernel` is W [K, N], or the table [N, K] when `transposed` (a tied embedding). The first
+  kernel of a fused group (`FUSED`) holds the tiles of the group's kernels side by side and `group`, their widths;
+  the others hold no tiles (None) and their place in the group (`member`)."""
 
   kernel: jax.Array
-  tiles: jax.Array
+  tiles: jax.Array | None
   transposed: bool = flax.struct.field(pytree_node=False, default=False)
+  group: tuple = flax.struct.field(pytree_node=False, default=())
+  member: int = flax.struct.field(pytree_node=False, default=0)
 
   def __getitem__(self, index):
     if index is Ellipsis:  # nnx.Variable's `param[...]`
@@ -73,18 +82,43 @@ def _xla_dot(x, w: PackedKernel):
   return jnp.einsum("...k,kn->...n", x, w.kernel)
 
 
+def _runs_packed(x_NxK: jax.Array, w) -> bool:
+  rows = math.prod(x_NxK.shape[:-1])
+  return (isinstance(w, PackedKernel) and w.tiles is not None and 1 <= rows <= MAX_ROWS
+          and x_NxK.dtype == jnp.float32 and available())
+
+
 def packed_dense(x_NxK: jax.Array, w: PackedKernel) -> jax.Array:
   """x [..., K] @ W: the packed kernel for 1..64 float32 rows on a CPU with AVX-512, else XLA's dot on the
   original. Inference only (no gradient with respect to the tiles)."""
-  rows = math.prod(x_NxK.shape[:-1])
-  if not (1 <= rows <= MAX_ROWS and x_NxK.dtype == jnp.float32 and available()):
-    return _xla_dot(x_NxK, w)
+  return dense_group(x_NxK, [w])[0]
+
+
+def dense_group(x_NxK: jax.Array, ws: list) -> list:
+  """[x @ w for w in ws], kernels that read one input: one packed kernel call where the packed view fused them
+  (ws[0].group), else a matmul each."""
+  lead = ws[0]
+  if len(ws) > 1 and not (isinstance(lead, PackedKernel) and lead.group):
+    return [dense(x_NxK, w) for w in ws]
+  if not _runs_packed(x_NxK, lead):
+    return [_xla_dot(x_NxK, w) if isinstance(w, PackedKernel) else linear.dense(x_NxK, w) for w in ws]
+  widths = lead.group or (lead.n_out,)
+  if [getattr(w, "member", None) for w in ws] != list(range(len(ws))):
+    raise ValueError(f"kernels {[getattr(w, 'member', None) for w in ws]} of a packed group of {len(widths)} are not "
+                     f"its first ones in order")
+  rows, n_out = math.prod(x_NxK.shape[:-1]), sum(widths)
   x_MxK = x_NxK.reshape(rows, x_NxK.shape[-1])
-  out = jax.ShapeDtypeStruct((rows, w.n_out), jnp.float32)
-  y = jax.lax.platform_dependent(
-      x_MxK, w.tiles, cpu=lambda x, t: jax.ffi.ffi_call(build.PACKED_TARGET_NAME, out)(x, t),
-      default=lambda x, t: _xla_dot(x, w))
-  return y.reshape(x_NxK.shape[:-1] + (w.n_out,))
+
+  def off_cpu(x, _):   # the packed view is made on CPU only; XLA's dots, the columns of ws passed, zeros after
+    y = jnp.concatenate([_xla_dot(x, w) for w in ws], axis=-1)
+    return jnp.pad(y, ((0, 0), (0, n_out - y.shape[-1])))
+
+  out = jax.ShapeDtypeStruct((rows, n_out), jnp.float32)
+  y_MxN = jax.lax.platform_dependent(
+      x_MxK, lead.tiles, cpu=lambda x, t: jax.ffi.ffi_call(build.PACKED_TARGET_NAME, out)(x, t), default=off_cpu)
+  y = y_MxN.reshape(x_NxK.shape[:-1] + (n_out,))
+  ends = list(itertools.accumulate(widths))
+  return [y[..., end - width:end] for width, end in zip(widths[:len(ws)], ends)]
 
 
 def dense(x_NxK: jax.Array, w, *, transposed: bool = False) -> jax.Array:
@@ -116,16 +150,37 @@ def packed_params(model) -> nnx.State:
     return model.params
   if model not in _CACHE:
     tied = bool(model.config.tie_embeddings)
+    flat = dict(nnx.to_flat_state(model.params))
     leaves = []
-    for path, var in nnx.to_flat_state(model.params):
+    for path, var in flat.items():
       w = var[...]
       if _is_packable(path, w, tied):
         table = str(path[-1]) == "embed"
-        tiles = _pack_rows(w) if table else _pack(w)
-        var = var.replace(PackedKernel(kernel=w, tiles=tiles, transposed=table))
+        group = _fused_group(path, flat, tied)
+        if not group:
+          var = var.replace(PackedKernel(kernel=w, tiles=_pack_rows(w) if table else _pack(w), transposed=table))
+        elif group[0] == path:   # the group's first kernel: the tiles of all of them
+          kernels = [flat[p][...] for p in group]
+          var = var.replace(PackedKernel(kernel=w, tiles=_pack(jnp.concatenate(kernels, axis=1)),
+                                         group=tuple(int(k.shape[1]) for k in kernels)))
+        else:
+          var = var.replace(PackedKernel(kernel=w, tiles=None, member=group.index(path)))
       leaves.append((path, var))
     _CACHE[model] = nnx.from_flat_state(leaves)
   return _CACHE[model]
+
+
+def _fused_group(path: tuple, flat: dict, tied: bool) -> list:
+  """The paths of the FUSED group of this `kernel` (its siblings all packable, of one input size), else []."""
+  if len(path) < 2 or str(path[-1]) != "kernel":
+    return []
+  for names in FUSED:
+    if str(path[-2]) in names:
+      paths = [path[:-2] + (name, "kernel") for name in names]
+      if all(p in flat and _is_packable(p, flat[p][...], tied) for p in paths) and \
+          len({flat[p][...].shape[0] for p in paths}) == 1:
+        return paths
+  return []
 
 
 def view_bytes(model) -> int:
@@ -134,4 +189,4 @@ def view_bytes(model) -> int:
   if view is None:
     return 0
   weights = (var[...] for _, var in nnx.to_flat_state(view))
-  return sum(w.tiles.nbytes for w in weights if isinstance(w, PackedKernel))
+  return sum(w.tiles.nbytes for w in weights if isinstance(w, PackedKernel) and w.tiles is not None)

@@ -7,7 +7,7 @@ from flax import nnx
 from specjax.attention import cached_attention
 from specjax.cache import KVCache, attention_block
 from specjax.config import ModelConfig
-from specjax.kernels import dense, plain
+from specjax.kernels import dense, dense_group, plain
 from specjax.models.family import ModelFamily, ShardRule
 from specjax.models.rope import apply_rope, rope_tables
 
@@ -33,12 +33,22 @@ class Dense(nnx.Module):
     self.bias = nnx.Param(jnp.zeros((d_out,), dtype)) if bias else None
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    y = dense(x, self.kernel[...])
+    return self.add_bias(dense(x, self.kernel[...]))
+
+  def add_bias(self, y: jax.Array) -> jax.Array:
     return y if self.bias is None else y + self.bias[...].reshape((1,) * (y.ndim - 1) + (-1,))
 
 
 def _linear(d_in: int, d_out: int, bias: bool, dtype, rngs: nnx.Rngs) -> Dense:
   return Dense(d_in, d_out, bias, dtype, rngs)
+
+
+def dense_all(x: jax.Array, layers: list) -> list:
+  """[layer(x) for layer in layers], Dense modules that read one input: one kernel call where the packed view
+  fused their weights (`specjax.kernels.packed.FUSED`)."""
+  if not all(isinstance(layer, Dense) for layer in layers):   # a quantized variant's own layers
+    return [layer(x) for layer in layers]
+  return [layer.add_bias(y) for layer, y in zip(layers, dense_group(x, [layer.kernel[...] for layer in layers]))]
 
 
 class Attention(nnx.Module):
@@ -53,9 +63,10 @@ class Attention(nnx.Module):
 
   def __call__(self, x_BxTxD, cos, sin, positions_BxT, cache: KVCache, layer: int, tree=None):
     batch, t_len, _ = x_BxTxD.shape
-    q = apply_rope(self.q(x_BxTxD).reshape(batch, t_len, self.n_heads, self.head_dim), cos, sin)
-    k = apply_rope(self.k(x_BxTxD).reshape(batch, t_len, self.n_kv_heads, self.head_dim), cos, sin)
-    v = self.v(x_BxTxD).reshape(batch, t_len, self.n_kv_heads, self.head_dim)
+    q, k, v = dense_all(x_BxTxD, [self.q, self.k, self.v])
+    q = apply_rope(q.reshape(batch, t_len, self.n_heads, self.head_dim), cos, sin)
+    k = apply_rope(k.reshape(batch, t_len, self.n_kv_heads, self.head_dim), cos, sin)
+    v = v.reshape(batch, t_len, self.n_kv_heads, self.head_dim)
     cache = cache.write(layer, k, v, positions_BxT)
     block = attention_block(cache.size, t_len)
     out = cached_attention(q, cache.k, cache.v, layer, positions_BxT, block, tree)
@@ -71,7 +82,8 @@ class MLP(nnx.Module):
     self.down = _linear(f, d, False, dt, rngs)
 
   def __call__(self, x):
-    return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+    gate, up = dense_all(x, [self.gate, self.up])
+    return self.down(jax.nn.silu(gate) * up)
 
 
 class Block(nnx.Module):

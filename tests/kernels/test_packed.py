@@ -123,3 +123,29 @@ def test_generation_on_the_packed_view_is_the_greedy_continuation():
     with linear.use_kernels(False):
       slow = forward(model.params, *tail, cache)
     np.testing.assert_allclose(np.asarray(fast), np.asarray(slow), rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+def test_sibling_kernels_of_one_input_are_one_packed_call():
+  """The packed view keeps q|k|v's and gate|up's tiles in q's and gate's kernel (k, v, up hold none); a layer's
+  decode step then makes 4 kernel calls (qkv, o, gate|up, down), and each fused output equals its own matmul, the
+  first kernel alone and another alone included."""
+  model = specjax.init_model(CONFIG, seed=5)
+  view = params_for(model, TargetSpec(graphdef=model.graphdef))
+  flat = {".".join(map(str, path)): var[...] for path, var in nnx.to_flat_state(view)}
+  hd = CONFIG.d_model // CONFIG.n_heads
+  q, k, v = (flat[f"layers.0.attn.{name}.kernel"] for name in "qkv")
+  assert q.group == (CONFIG.n_heads * hd, CONFIG.n_kv_heads * hd, CONFIG.n_kv_heads * hd) and k.tiles is v.tiles is None
+  assert flat["layers.1.mlp.gate.kernel"].group == (CONFIG.ffn_dim,) * 2
+  assert flat["layers.1.mlp.up.kernel"].tiles is None
+  assert not flat["layers.0.attn.o.kernel"].group and not flat["layers.0.mlp.down.kernel"].group
+  x = np.random.default_rng(0).standard_normal((3, CONFIG.d_model)).astype(np.float32)
+  outs = jax.jit(packed.dense_group)(x, [q, k, v])
+  for out, w in zip(outs + [jax.jit(packed.dense)(x, q), jax.jit(packed.dense)(x, v)], [q, k, v, q, v]):
+    np.testing.assert_allclose(np.asarray(out), x @ np.asarray(w.kernel), rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="are not its first ones in order"):
+    packed.dense_group(x, [q, v])
+  step = jax.jit(lambda params, t, p, c: nnx.merge(model.graphdef, params)(t, p, c)[0])
+  hlo = step.lower(view, jnp.ones((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32),
+                   specjax.cache.init_cache(model.config, 1, 128)).as_text()
+  assert hlo.count(build.PACKED_TARGET_NAME) == 4 * CONFIG.n_layers + 1   # + the tied head
