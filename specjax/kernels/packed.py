@@ -6,8 +6,8 @@ column tiles [T, K, 48], so that 1..64 rows stream each weight once, front to ba
 prefill-sized blocks and for the embedding lookup) and its tiles (for the kernel). It is made once per Model, costs
 the weights' bytes again, and leaves the Model as it was: checkpoints, sharding, drafters and training see the
 plain parameters. Sibling kernels that read one input (q, k, v; gate, up) are packed together: the first holds the
-tiles of all of them side by side and one kernel call computes the group (`dense_group`), which at one to five rows
-streams the weights faster than one call each (SmolLM2: 0.6-0.8 ms of a 15 ms step).
+tiles of all of them side by side and one kernel call computes the group (`dense_group`): 4 calls a layer, not 7
+(SmolLM2, one row: those matmuls 7% faster, a whole decode step about 1%, docs/diagnostics/fused_projections.py).
 """
 
 import itertools
