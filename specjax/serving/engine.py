@@ -30,7 +30,7 @@ import threading
 import time
 
 from specjax.cache import cache_size
-from specjax.host import MIN_PROMPT_BUCKET, check_drafter, check_k, check_lengths, check_tree, prompt_bucket
+from specjax.host import MIN_PROMPT_BUCKET, check_drafter, check_k, check_lengths, check_tree
 from specjax.model import Model
 from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
@@ -315,7 +315,7 @@ class Engine:
       return False
     groups: dict[tuple, list] = {}
     for handle, slot in taken:
-      key = (handle.request.group, prompt_bucket(len(handle.request.prompt_ids)))
+      key = (handle.request.group, self._slots.admission_bucket(len(handle.request.prompt_ids)))
       groups.setdefault(key, []).append((handle, slot))
     try:
       self._slots.grow_to_hold(taken[-1][1], self._specs[taken[0][0].request.group])
