@@ -6,8 +6,9 @@ row count and prompt bucket), its first token is delivered, and its row is inser
 persistent DecodeState, which holds the row bucket (1, 2, 4, ..., S rows) the active requests need, so a step
 computes what is served, not S rows. Each host step runs one compiled program that advances every active slot by up
 to R speculative rounds of the engine's own round (`programs.step_program`: ragged acceptance per row, as
-`generate`), reads the new tokens back, hands them to each request's stream, frees finished slots (EOS, max_tokens,
-cancellation) and fills free slots from the queue. K = 'auto' runs the adaptive policy on the round costs measured at
+`generate`), reads the last step's new tokens back while it runs (pipelined: the host's work hides behind the
+device's), hands them to each request's stream, frees finished slots (EOS, max_tokens, cancellation) and fills free
+slots from the queue. K = 'auto' runs the adaptive policy on the round costs measured at
 the current row bucket: speculation turns down or off as the batch fills.
 
 Sampling: `SamplingParams` is a compile-time constant of the engine's programs, so requests are grouped by their
@@ -48,22 +49,22 @@ ADMIT_ROWS = 8
 
 class Engine:
   """Serves requests on S slots with one drafter at a fixed K, a token tree, or K = 'auto' (the adaptive policy at
-  the round costs of the rows being served: load-aware), or autoregressively without a drafter.
-
-  slots: S, the rows of the persistent decode state; rounds_per_step: R, the most rounds per host step (a smaller R
-  streams more often, a larger one pays fewer host round trips); max_queue: requests that may wait for a slot
+  the round costs of the rows being served: load-aware), or autoregressively without a drafter. slots: S, the rows
+  of the persistent decode state; rounds_per_step: R, the most rounds per host step (a smaller R streams more
+  often, a larger one pays fewer host round trips); max_queue: requests that may wait for a slot
   (`submit` raises QueueFull beyond); max_model_len: the longest prompt + completion a request may ask for (default:
   what the target and drafter hold, less K); tree: a StaticTree / DynamicTree of drafts instead of a chain;
   shrink_after: steps the active requests must fit a smaller row bucket (nobody waiting) before the state shrinks;
   round_costs: {row bucket: round cost per branch of the policy} for K = 'auto', instead of measuring them at
   warmup; calibration_context: the context length (tokens) of the rows those are measured on; served_costs: whether
   the served steps' own times refine them (`calibration.ServedCosts`; False keeps the warmup's or the given ones);
-  spare_states: keep the state of each row bucket once allocated, so resizes copy rows in place (`Slots`)."""
+  spare_states: keep the state of each row bucket once allocated, so resizes copy rows in place (`Slots`);
+  pipeline: dispatch each step before reading the last one back (fixed K and autoregressive; `Slots.advance`)."""
 
   def __init__(self, target: Model, *, drafter=None, k=None, tree=None, slots: int = 4, rounds_per_step: int = 4,
                max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8,
                shrink_after: int = 4, round_costs: dict | None = None, calibration_context: int = 512,
-               served_costs: bool = True, spare_states: bool = True):
+               served_costs: bool = True, spare_states: bool = True, pipeline: bool = True):
     if not isinstance(target, Model):
       raise TypeError(f"target must be a specjax Model, got {type(target).__name__}")
     check_drafter(target, drafter)
@@ -95,7 +96,7 @@ class Engine:
     self._slots = Slots(target, drafter.params() if drafter is not None else (), slots=slots, rounds=rounds_per_step,
                         size=self.size, seed=seed, drafted_k=drafted_k, metrics=self.metrics, lock=self._cond,
                         shrink_after=shrink_after, round_costs=round_costs, calibration_context=calibration_context,
-                        served_costs=served_costs, spare_states=spare_states)
+                        served_costs=served_costs, spare_states=spare_states, pipeline=pipeline)
     self._thread: threading.Thread | None = None
     self._stopping = threading.Event()
     self._paused = False
@@ -146,8 +147,7 @@ class Engine:
     return handle
 
   def generate(self, request: Request, timeout: float | None = None) -> Completion:
-    """Submits and waits (the engine must be running in its thread)."""
-    return self.submit(request).result(timeout)
+    return self.submit(request).result(timeout)   # (the engine must be running in its thread)
 
   @property
   def num_waiting(self) -> int:
@@ -156,8 +156,7 @@ class Engine:
 
   @property
   def num_running(self) -> int:
-    with self._cond:
-      return self.slots - len(self._slots.free())
+    return self.slots - self.free_slots()
 
   def free_slots(self) -> int:
     with self._cond:
@@ -190,8 +189,7 @@ class Engine:
     finally:
       self._step_lock.release()
 
-  def pause(self) -> None:
-    """Holds admissions and steps until `resume` (requests still queue; cancellations still free slots)."""
+  def pause(self) -> None:   # holds admissions and steps until `resume` (requests still queue and cancel)
     with self._cond:
       self._paused = True
 
@@ -223,8 +221,9 @@ class Engine:
           handles = [self.submit(request) for _ in range(rows)]
           while not all(handle.finished for handle in handles):
             self.step()
-      if all_buckets:
-        with self._step_lock:
+      with self._step_lock:
+        self._slots.drain()   # a step in flight is read back before its state is used and the metrics reset
+        if all_buckets:
           self._slots.prepare(self._specs[request.group])
     if all_buckets and not self.num_running:   # the same for every sampling setting; they overwrite rows
       with self._step_lock:
@@ -259,6 +258,8 @@ class Engine:
           specs = dict(self._specs)
         worked |= self._slots.advance(specs)
         self._slots.shrink(waiting=self.num_waiting > 0)
+      else:
+        worked |= self._slots.drain()   # the tokens of a step in flight still reach their requests
       self.metrics.set(running=self.num_running, waiting=self.num_waiting, state_rows=self._slots.capacity)
       return worked
 

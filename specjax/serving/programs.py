@@ -10,7 +10,9 @@ rejection lives here):
 - `catch_up_program`: the drafter takes in the tokens committed while steps ran without it;
 - `step_program`: every active row advanced by up to R rounds of the engine's round (fixed K, a token tree, or, for
   the adaptive policy, the K the host chose for this step: `specjax.serving.speculation`), in one bounded
-  `lax.while_loop` (it stops after R rounds or when every active row is done), so tokens can stream.
+  `lax.while_loop` (it stops after R rounds or when every active row is done), so tokens can stream;
+- `readout`: copies of what the host reads after a step, so the next step can be dispatched (taking the state,
+  donated) before the host has read them.
 
 Inactive rows (free, or of another sampling group) are marked done for the step, so they emit nothing; with
 `isolate` their whole row is restored afterwards, because a drafter may update its state of a done row.
@@ -202,3 +204,11 @@ def step_program(target_params, drafter_params, slots: DecodeState, active_S, ma
     rows = _select_rows(active_S, row_fields(out), row_fields(slots), axes)
     out = out.replace(**rows)
   return out
+
+
+@jax.jit
+def readout(slots: DecodeState) -> tuple:
+  """(tokens_BxS, seq_len_B, done_B, accepted_RxB, k_R, round) of a state, copied: a step dispatched on the state
+  donates its buffers, and the host reads these while that step runs (`Slots.advance`, pipelined)."""
+  return tuple(jnp.copy(x) for x in (slots.tokens_BxS, slots.seq_len_B, slots.done_B, slots.accepted_RxB, slots.k_R,
+                                     slots.round))

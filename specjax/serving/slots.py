@@ -49,6 +49,18 @@ class Running:
   draft_lag: int = 0               # tokens committed by steps that left the drafter behind, not yet taken in
 
 
+@dataclasses.dataclass
+class InFlight:
+  """A dispatched step whose readout (`programs.readout`) the host has not taken yet."""
+
+  readout: tuple
+  held: dict                       # slot -> the Running that held it at the dispatch
+  capacity: int
+  k: int | None                    # the adaptive policy's K of the step (None: a fixed spec's)
+  behind: bool                     # whether the step left the drafter behind
+  dispatched_at: float
+
+
 class Slots(RowStates):
   """S slots of `size` cache positions; steps of up to `rounds` rounds. `drafted_k`: the draft positions the
   statistics keep (0 without a drafter).
@@ -56,11 +68,13 @@ class Slots(RowStates):
   The device state (`RowStates`) holds `capacity` rows, a row bucket: slot i is row i, requests take the lowest free
   slot, the state grows to the next bucket when a request needs a row beyond it, and once the active requests fit a
   smaller bucket for `shrink_after` idle-queue steps they are moved to the lowest rows and the state shrinks. A
-  step's cost follows the requests being served, not S."""
+  step's cost follows the requests being served, not S. `pipeline`: a step is dispatched before the last one's
+  readout is taken (`advance`)."""
 
   def __init__(self, target, drafter_params, *, slots: int, rounds: int, size: int, seed: int, drafted_k: int,
                metrics: EngineMetrics, lock: threading.Condition, shrink_after: int = 4, round_costs=None,
-               calibration_context: int = 512, served_costs: bool = True, spare_states: bool = True):
+               calibration_context: int = 512, served_costs: bool = True, spare_states: bool = True,
+               pipeline: bool = True):
     super().__init__(target, drafter_params, slots=slots, rounds=rounds, size=size, metrics=metrics,
                      spare_states=spare_states)
     self.slots, self.seed, self.drafted_k = slots, seed, drafted_k
@@ -73,6 +87,8 @@ class Slots(RowStates):
     self.clock = time.perf_counter            # what times the steps
     self.speculation = None      # the adaptive policy's StepPolicy (K = 'auto'), made at its first step
     self._shrink_streak = 0
+    self.pipeline, self.in_flight = pipeline, []
+    self._taken_at = -float("inf")   # when the last readout was taken
 
   def free(self) -> list[int]:
     """Free slots (call under the lock)."""
@@ -93,6 +109,9 @@ class Slots(RowStates):
     if self._shrink_streak < self.shrink_after:
       return False
     self._shrink_streak = 0
+    self.drain()   # the readouts in flight name rows by their slots, which this renumbers
+    active = [s for s, r in enumerate(self.table) if r is not None]
+    bucket = programs.bucket_for(max(len(active), 1), self.buckets)
     with self.lock:
       moved = [self.table[s] for s in active]
       budgets = self.max_new_S[active].copy()
@@ -172,38 +191,68 @@ class Slots(RowStates):
 
   def advance(self, specs: dict) -> bool:
     """One step program call per sampling group of the active slots (`specs`: group -> its DecodeSpec; with several
-    groups, each call masks the others out and restores their rows), then the deliveries."""
+    groups, each call masks the others out and restores their rows), then the deliveries. Pipelined (fixed K or
+    autoregressive), this step is dispatched before the last one's readout is taken, so the host's reading and
+    delivering runs while the device computes; a row that finished in the last step is then advanced once more as
+    a done row (it emits nothing) and its slot is freed, and may be refilled, before this step's readout is taken,
+    which therefore skips every slot whose request changed since the dispatch."""
     with self.lock:
       groups: dict[tuple, list[int]] = {}
       for slot, running in enumerate(self.table):
         if running is not None:
           groups.setdefault(running.handle.request.group, []).append(slot)
+    pipelined = self.pipeline and not any(specs[group].adaptive for group in groups)
+    if not pipelined:
+      self.drain()   # the adaptive policy's K and the drafter's catch-up follow the last step's rounds
+    pending, self.in_flight = self.in_flight, []
     capacity = self.capacity
     for group, rows in groups.items():
       active_S = np.zeros((capacity,), bool)
       active_S[rows] = True
       spec = specs[group]
-      params = params_for(self.target, spec)
       k = self._step_k(spec, rows)
       start = self.clock()
       self._catch_up(spec, k, rows)
-      self.state = programs.step_program(params, self.drafter_params, self.state, active_S,
+      self.state = programs.step_program(params_for(self.target, spec), self.drafter_params, self.state, active_S,
                                          self.max_new_S[:capacity].copy(), spec=spec, rounds=self.rounds,
                                          isolate=len(groups) > 1, axes=self.axes, k=k)
-      s = self.state
-      tokens_SxL, seq_len_S, done_S, accepted_RxS, k_R, rounds = jax.device_get(
-          (s.tokens_BxS, s.seq_len_B, s.done_B, s.accepted_RxB, s.k_R, s.round))
-      self.served.observe(capacity, self.drafted_k if k is None else k, self.clock() - start, int(rounds))
-      self.metrics.add(steps=1)
-      if k is not None:
-        self.speculation.observe(accepted_RxS[:rounds, rows], k_R[:rounds])
-      behind = programs.drafter_left_behind(spec, k)
-      for slot in rows:
-        if behind:
-          self.table[slot].draft_lag += int(seq_len_S[slot]) - self.table[slot].seq_len
-        self._collect(slot, tokens_SxL[slot], int(seq_len_S[slot]), bool(done_S[slot]), accepted_RxS[:rounds, slot],
-                      k_R[:rounds])
-    return bool(groups)
+      self.in_flight.append(InFlight(programs.readout(self.state), {slot: self.table[slot] for slot in rows},
+                                     capacity, k, programs.drafter_left_behind(spec, k), start))
+      if not pipelined:
+        self.drain()
+    for flight in pending:
+      self._take(flight)
+    return bool(groups or pending)
+
+  def drain(self) -> bool:
+    """Takes the readout of every step in flight (the host then knows the state). Returns whether there was one."""
+    pending, self.in_flight = self.in_flight, []
+    for flight in pending:
+      self._take(flight)
+    return bool(pending)
+
+  def _take(self, flight: "InFlight") -> None:
+    """A dispatched step's readout: its time, its rounds to the policy, each row's new tokens to the request that
+    held the slot at the dispatch, if it still does."""
+    tokens_SxL, seq_len_S, done_S, accepted_RxS, k_R, rounds = jax.device_get(flight.readout)
+    now = self.clock()   # pipelined, the step ran from when the last one's readout was taken, at the latest
+    self.served.observe(flight.capacity, self.drafted_k if flight.k is None else flight.k,
+                        now - max(flight.dispatched_at, self._taken_at), int(rounds))
+    self._taken_at = now
+    self.metrics.add(steps=1)
+    if flight.k is not None:
+      self.speculation.observe(accepted_RxS[:rounds, list(flight.held)], k_R[:rounds])
+    for slot, running in flight.held.items():
+      if self.table[slot] is not running:
+        continue   # finished or cancelled since the dispatch
+      if flight.behind:
+        running.draft_lag += int(seq_len_S[slot]) - running.seq_len
+      self._collect(slot, tokens_SxL[slot], int(seq_len_S[slot]), bool(done_S[slot]), accepted_RxS[:rounds, slot],
+                    k_R[:rounds])
+
+  def reset(self) -> None:
+    super().reset()
+    self.in_flight = []
 
   def _catch_up(self, spec: DecodeSpec, k: int | None, rows: list[int]) -> None:
     """Before a step that drafts: the drafter takes in what steps without it committed (`Running.draft_lag`)."""
