@@ -100,8 +100,7 @@ class Slots(RowStates):
   def shrink(self, waiting: bool) -> bool:
     """After a step: once the active requests have fit a smaller bucket for `shrink_after` steps with nobody
     waiting, moves them to the lowest rows and shrinks the state. Returns whether it did."""
-    active = [s for s, r in enumerate(self.table) if r is not None]
-    bucket = programs.bucket_for(max(len(active), 1), self.buckets)
+    active, bucket = self._active_bucket()
     if self.state is None or waiting or bucket >= self.capacity:
       self._shrink_streak = 0
       return False
@@ -109,9 +108,8 @@ class Slots(RowStates):
     if self._shrink_streak < self.shrink_after:
       return False
     self._shrink_streak = 0
-    self.drain()   # the readouts in flight name rows by their slots, which this renumbers
-    active = [s for s, r in enumerate(self.table) if r is not None]
-    bucket = programs.bucket_for(max(len(active), 1), self.buckets)
+    self.drain()   # the readouts in flight name rows by their slots, which this renumbers (and may free some)
+    active, bucket = self._active_bucket()
     with self.lock:
       moved = [self.table[s] for s in active]
       budgets = self.max_new_S[active].copy()
@@ -120,6 +118,11 @@ class Slots(RowStates):
       self.max_new_S[:len(moved)] = budgets
     self._resize(active + [-1] * (bucket - len(active)), None)
     return True
+
+  def _active_bucket(self) -> tuple[list[int], int]:
+    """The slots in use and the smallest row bucket that holds them."""
+    active = [s for s, r in enumerate(self.table) if r is not None]
+    return active, programs.bucket_for(max(len(active), 1), self.buckets)
 
   def prepare(self, spec: DecodeSpec) -> None:
     """Compiles `spec`'s step programs at every row bucket (for the adaptive policy, one per K and the drafter's
@@ -204,8 +207,7 @@ class Slots(RowStates):
     pipelined = self.pipeline and not any(specs[group].adaptive for group in groups)
     if not pipelined:
       self.drain()   # the adaptive policy's K and the drafter's catch-up follow the last step's rounds
-    pending, self.in_flight = self.in_flight, []
-    capacity = self.capacity
+    dispatched, capacity = [], self.capacity
     for group, rows in groups.items():
       active_S = np.zeros((capacity,), bool)
       active_S[rows] = True
@@ -216,13 +218,15 @@ class Slots(RowStates):
       self.state = programs.step_program(params_for(self.target, spec), self.drafter_params, self.state, active_S,
                                          self.max_new_S[:capacity].copy(), spec=spec, rounds=self.rounds,
                                          isolate=len(groups) > 1, axes=self.axes, k=k)
-      self.in_flight.append(InFlight(programs.readout(self.state), {slot: self.table[slot] for slot in rows},
-                                     capacity, k, programs.drafter_left_behind(spec, k), start))
-      if not pipelined:
-        self.drain()
-    for flight in pending:
-      self._take(flight)
-    return bool(groups or pending)
+      flight = InFlight(programs.readout(self.state), {slot: self.table[slot] for slot in rows}, capacity, k,
+                        programs.drafter_left_behind(spec, k), start)
+      if pipelined:
+        dispatched.append(flight)
+      else:
+        self._take(flight)
+    taken = self.drain()   # pipelined, the last step's readouts, while this step runs
+    self.in_flight = dispatched
+    return bool(groups) or taken
 
   def drain(self) -> bool:
     """Takes the readout of every step in flight (the host then knows the state). Returns whether there was one."""
