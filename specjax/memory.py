@@ -1,5 +1,7 @@
 """What a generation should hold in memory, beside what the process did hold (peak resident set)."""
 
+import ctypes
+import ctypes.util
 import resource
 import sys
 
@@ -8,6 +10,7 @@ import jax.numpy as jnp
 from specjax.config import ModelConfig
 
 GiB = 2**30
+_M_ARENA_MAX = -8   # glibc's mallopt parameter
 
 
 def proc_kib(path: str, field: str) -> int | None:
@@ -31,6 +34,17 @@ def peak_resident_bytes() -> int:
     return high_water * 1024
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def cap_malloc_arenas(arenas: int = 2) -> bool:
+  """Caps glibc's malloc arenas (as MALLOC_ARENA_MAX does): XLA compiles on many threads, each of which would get
+  an arena of its own whose freed pages stay resident. Call before JAX starts its threads. Returns whether the cap
+  was set (False where the C library has no mallopt)."""
+  if arenas < 1:
+    raise ValueError(f"arenas must be at least 1, got {arenas}")
+  name = ctypes.util.find_library("c")
+  mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+  return bool(mallopt is not None and mallopt(_M_ARENA_MAX, arenas))
 
 
 def cache_bytes(config: ModelConfig, batch: int, size: int) -> int:
