@@ -59,7 +59,7 @@ class Engine:
   warmup; calibration_context: the context length (tokens) of the rows those are measured on; served_costs: whether
   the served steps' own times refine them (`calibration.ServedCosts`; False keeps the warmup's or the given ones);
   spare_states: keep the state of each row bucket once allocated, so resizes copy rows in place (`Slots`);
-  pipeline: dispatch each step before reading the last one back (fixed K and autoregressive; `Slots.advance`)."""
+  pipeline: dispatch each step before reading the last one back (not the adaptive policy's drafting steps)."""
 
   def __init__(self, target: Model, *, drafter=None, k=None, tree=None, slots: int = 4, rounds_per_step: int = 4,
                max_queue: int = 64, max_model_len: int | None = None, seed: int = 0, max_sampling_settings: int = 8,

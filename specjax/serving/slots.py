@@ -57,6 +57,7 @@ class InFlight:
   held: dict                       # slot -> the Running that held it at the dispatch
   capacity: int
   k: int | None                    # the adaptive policy's K of the step (None: a fixed spec's)
+  choice: tuple | None             # the adaptive policy's choice it ran at (`StepPolicy.choice`)
   behind: bool                     # whether the step left the drafter behind
   dispatched_at: float
 
@@ -194,33 +195,39 @@ class Slots(RowStates):
 
   def advance(self, specs: dict) -> bool:
     """One step program call per sampling group of the active slots (`specs`: group -> its DecodeSpec; with several
-    groups, each call masks the others out and restores their rows), then the deliveries. Pipelined (fixed K or
-    autoregressive), this step is dispatched before the last one's readout is taken, so the host's reading and
-    delivering runs while the device computes; a row that finished in the last step is then advanced once more as
-    a done row (it emits nothing) and its slot is freed, and may be refilled, before this step's readout is taken,
-    which therefore skips every slot whose request changed since the dispatch."""
+    groups, each call masks the others out and restores their rows), then the deliveries. Pipelined (fixed K,
+    autoregressive, and the adaptive policy's steps at K=0), this step is dispatched before the last one's readout
+    is taken, so the host's reading and delivering runs while the device computes; a row that finished in the last
+    step is then advanced once more as a done row (it emits nothing) and its slot is freed, and may be refilled,
+    before this step's readout is taken, which therefore skips every slot whose request changed since the
+    dispatch. The adaptive policy's drafting steps follow the last step's rounds (its K, the drafter's catch-up):
+    the steps in flight are taken and K chosen again before one is dispatched, and it is taken at once."""
     with self.lock:
       groups: dict[tuple, list[int]] = {}
       for slot, running in enumerate(self.table):
         if running is not None:
           groups.setdefault(running.handle.request.group, []).append(slot)
-    pipelined = self.pipeline and not any(specs[group].adaptive for group in groups)
-    if not pipelined:
-      self.drain()   # the adaptive policy's K and the drafter's catch-up follow the last step's rounds
     dispatched, capacity = [], self.capacity
     for group, rows in groups.items():
-      active_S = np.zeros((capacity,), bool)
-      active_S[rows] = True
       spec = specs[group]
       k = self._step_k(spec, rows)
+      if k and self.in_flight:
+        self.drain()
+        rows = [slot for slot in rows if self.table[slot] is not None]
+        if not rows:
+          continue
+        k = self._step_k(spec, rows)
+      active_S = np.zeros((capacity,), bool)
+      active_S[rows] = True
       start = self.clock()
       self._catch_up(spec, k, rows)
       self.state = programs.step_program(params_for(self.target, spec), self.drafter_params, self.state, active_S,
                                          self.max_new_S[:capacity].copy(), spec=spec, rounds=self.rounds,
                                          isolate=len(groups) > 1, axes=self.axes, k=k)
       flight = InFlight(programs.readout(self.state), {slot: self.table[slot] for slot in rows}, capacity, k,
-                        programs.drafter_left_behind(spec, k), start)
-      if pipelined:
+                        self.speculation.choice if spec.adaptive else None, programs.drafter_left_behind(spec, k),
+                        start)
+      if self.pipeline and not k:
         dispatched.append(flight)
       else:
         self._take(flight)
@@ -245,7 +252,7 @@ class Slots(RowStates):
     self._taken_at = now
     self.metrics.add(steps=1)
     if flight.k is not None:
-      self.speculation.observe(accepted_RxS[:rounds, list(flight.held)], k_R[:rounds])
+      self.speculation.observe(accepted_RxS[:rounds, list(flight.held)], k_R[:rounds], flight.choice)
     for slot, running in flight.held.items():
       if self.table[slot] is not running:
         continue   # finished or cancelled since the dispatch

@@ -48,25 +48,24 @@ class StepPolicy:
                                         max_probe_interval=policy.max_probe_interval * rounds_per_step)
     self.state = init_policy_state(self.stepwise)
     self.rounds_per_step, self.rows = rounds_per_step, rows
-    self._branch, self._costs = 0, None   # the last step's branch and round costs (what `observe` folds in)
+    self.choice = (0, None)   # the last choice's (branch, round costs): what `observe` folds a step's rounds at
 
   def choose(self, round_cost_N, tokens_left: int, measure_ar: bool = False) -> int:
     """K of the next step at these round costs (one per branch) with `tokens_left` the most any active row still
     needs; measure_ar: step autoregressively instead of drafting, so its served cost is measured again."""
     inputs = PolicyInputs.measured(round_cost_N)
-    self._costs = inputs.round_cost_N
     # a probe (K_min while autoregression is best) lasts the whole step: R rounds, not one as in `generate`.
     # Until a round has measured the drafter, the first step that could pay probes (as round 0 does in `generate`)
     # whatever this request has left: the acceptance it learns serves every later request, not this one alone.
     measured = bool(self.state.measured)
-    self._branch = int(_choose(self.stepwise, self.state, inputs, self.state.rounds if measured else jnp.int32(0),
-                               jnp.int32(tokens_left if measured else np.iinfo(np.int32).max)))
-    if measure_ar:
-      self._branch = 0
-    return self.policy.branch_ks[self._branch]
+    branch = int(_choose(self.stepwise, self.state, inputs, self.state.rounds if measured else jnp.int32(0),
+                         jnp.int32(tokens_left if measured else np.iinfo(np.int32).max)))
+    self.choice = (0 if measure_ar else branch, inputs.round_cost_N)
+    return self.policy.branch_ks[self.choice[0]]
 
-  def observe(self, accepted_RxB, k_R) -> None:
-    """The step's rounds (accepted drafts per round and row, -1 where the row was done or inactive)."""
+  def observe(self, accepted_RxB, k_R, choice: tuple | None = None) -> None:
+    """The step's rounds (accepted drafts per round and row, -1 where the row was done or inactive), folded in at
+    the step's own `choice` (default: the last one; a pipelined step is read after the next one's choice)."""
     accepted_RxB, k_R = np.asarray(accepted_RxB), np.asarray(k_R)
     rounds, rows = accepted_RxB.shape
     if rounds > self.rounds_per_step or rows > self.rows:
@@ -76,4 +75,5 @@ class StepPolicy:
     padded_RxS[:rounds, :rows] = accepted_RxB
     padded_R = np.zeros((self.rounds_per_step,), np.int32)
     padded_R[:rounds] = k_R
-    self.state = _fold_step(self.stepwise, self.state, jnp.int32(self._branch), padded_RxS, padded_R, self._costs)
+    branch, costs = self.choice if choice is None else choice
+    self.state = _fold_step(self.stepwise, self.state, jnp.int32(branch), padded_RxS, padded_R, costs)

@@ -97,13 +97,42 @@ def test_pausing_delivers_the_step_in_flight(target):
     assert len(_tokens(handle)) == 3 and not engine.step()
 
 
-def test_the_adaptive_policy_reads_each_step_before_the_next(target):
-  """Its K and the drafter's catch-up follow the last step's rounds, so its steps are not pipelined."""
+def test_the_adaptive_policy_reads_each_drafting_step_before_the_next(target):
+  """Its K and the drafter's catch-up follow the last step's rounds, so its drafting steps are not pipelined."""
   engine = Engine(target, drafter=drafters.DraftModel(specjax.init_model(DRAFT_CONFIG, seed=2)), k="auto", slots=2,
-                  rounds_per_step=3, max_model_len=64, round_costs={rows: (1.0, 1.0, 1.0, 1.0) for rows in (1, 2)})
+                  rounds_per_step=3, max_model_len=64, round_costs={rows: (1.0, 1.0, 1.0, 1.0) for rows in (1, 2)},
+                  served_costs=False)   # (served costs would time an autoregressive step first, pipelined)
   handle = engine.submit(Request(PROMPTS[2], 30, GREEDY))
   engine.step()
   streamed = _tokens(handle)
   assert len(streamed) > 1
   _run(engine, [handle])
   assert streamed + handle.result(timeout=0).token_ids == _offline(target, PROMPTS[2], 30)
+
+
+def test_the_adaptive_policys_autoregressive_steps_are_pipelined_and_a_drafting_one_waits_for_them(target, monkeypatch):
+  """Where no K pays at one row (the drafter left behind), the policy's K=0 steps are pipelined as the autoregressive
+  engine's are; when a second row makes drafting worth a probe, the steps in flight are taken first, so the
+  drafter catches up on every token they committed (the target as its own draft: each draft is then accepted)."""
+  events = []
+  step, take = programs.step_program, slots.Slots._take
+  monkeypatch.setattr(programs, "step_program", lambda *a, k=None, **kw: events.append(k) or step(*a, k=k, **kw))
+  monkeypatch.setattr(slots.Slots, "_take", lambda self, flight: events.append("take") or take(self, flight))
+  policy = specjax.SpeculationPolicy(probe_budget=1.0, probe_interval=2)
+  engine = Engine(target, drafter=drafters.DraftModel(target), k=policy, slots=2, rounds_per_step=2,
+                  max_model_len=64, round_costs={1: (1.0, 2.2, 3.5, 5.5), 2: (1.0, 1.5, 2.5, 4.5)},
+                  served_costs=False)
+  first = engine.submit(Request(PROMPTS[0], 24, GREEDY))
+  for _ in range(3):
+    engine.step()
+  assert events == [0, 0, "take", 0, "take"]
+  second = engine.submit(Request(PROMPTS[3], 12, GREEDY))
+  events.clear()
+  engine.step()
+  assert events[:2] == ["take", 1] and events[2] == "take"   # the last K=0 step taken, then a probe taken at once
+  assert engine.metrics.snapshot().catch_ups == 1
+  _run(engine, [first, second])
+  results = [first.result(timeout=0), second.result(timeout=0)]
+  assert [r.token_ids for r in results] == [_offline(target, PROMPTS[0], 24), _offline(target, PROMPTS[3], 12)]
+  for r in results:
+    assert r.stats.draft_tokens >= 1 and r.stats.accepted_tokens == r.stats.draft_tokens

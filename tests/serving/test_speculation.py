@@ -19,7 +19,7 @@ def _round_by_round(step_policy, accepted_RxB, k_R):
   for accepted_B, k in zip(accepted_RxB, k_R):
     active_B = accepted_B >= 0
     if active_B.any():
-      state = update_policy_state(step_policy.stepwise, state, jnp.int32(step_policy._branch), jnp.int32(k),
+      state = update_policy_state(step_policy.stepwise, state, jnp.int32(step_policy.choice[0]), jnp.int32(k),
                                   jnp.asarray(np.maximum(accepted_B, 0)), jnp.asarray(active_B), jnp.asarray(COSTS))
   return state
 
@@ -36,6 +36,24 @@ def test_a_step_folded_in_one_call_is_the_rounds_folded_one_by_one(accepted_RxB,
   policy.observe(accepted_RxB, k_R)
   for got, want in zip(jax.tree.leaves(policy.state), jax.tree.leaves(expected)):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+
+
+def test_a_step_read_after_the_next_choice_is_folded_at_its_own():
+  """A pipelined step's rounds reach `observe` after the next step was chosen (here autoregressive, at other costs):
+  they are folded at the branch and costs they ran at, not the last ones."""
+  accepted_RxB, k_R = np.array([[1, 0], [1, -1]]), np.array([1, 1])
+  policy = StepPolicy(POLICY, rounds_per_step=4, rows=8)
+  assert policy.choose(COSTS, tokens_left=100) == 1   # the first step probes the smallest K
+  ran_at, expected = policy.choice, _round_by_round(policy, accepted_RxB, k_R)
+  assert policy.choose(COSTS * 3, tokens_left=100, measure_ar=True) == 0 and policy.choice[0] != ran_at[0]
+  before = policy.state
+  policy.observe(accepted_RxB, k_R, ran_at)
+  for got, want in zip(jax.tree.leaves(policy.state), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+  policy.state = before
+  policy.observe(accepted_RxB, k_R)   # at the last choice: another estimate
+  assert any(not np.allclose(np.asarray(a), np.asarray(b))
+             for a, b in zip(jax.tree.leaves(policy.state), jax.tree.leaves(expected)))
 
 
 def test_every_load_and_every_new_step_policy_share_one_compiled_update():
