@@ -76,6 +76,10 @@ class ServedCosts:
     """Whether the autoregressive cost at this bucket is unmeasured or `refresh_steps` steps old."""
     return self._since_ar.get(bucket, self.refresh_steps) >= self.refresh_steps
 
+  def unserved(self, bucket: int, branch_ks) -> tuple[int, ...]:
+    """The drafting K of branch_ks not yet served at this bucket."""
+    return tuple(k for k in branch_ks if k and self.ms(bucket, k) is None)
+
   def relative(self, bucket: int, branch_ks, prior_N) -> np.ndarray:
     """Each branch's cost over the autoregressive step's, as served: a served K's own ratio (at least 1); an unserved
     K's prior, scaled by how far the served K's ratios are from theirs (geometric mean). `prior_N` until the

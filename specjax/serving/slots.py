@@ -155,7 +155,9 @@ class Slots(RowStates):
       self.speculation = StepPolicy(spec.k, self.rounds, self.slots)
     tokens_left = max(int(self.max_new_S[s]) - self.table[s].completion_tokens for s in rows)
     return self.speculation.choose(self.round_costs(spec, self.capacity), tokens_left,
-                                   measure_ar=self.served_costs and self.served.stale(self.capacity))
+                                   measure_ar=self.served_costs and self.served.stale(self.capacity),
+                                   unserved_ks=self.served.unserved(self.capacity, spec.k.branch_ks)
+                                   if self.served_costs else ())
 
   def admit(self, batch: list[tuple[RequestHandle, int]], spec: DecodeSpec) -> None:
     """Prefills these (request, slot) pairs of one sampling group together (one program call of len(batch) rows, at

@@ -49,10 +49,14 @@ class StepPolicy:
     self.state = init_policy_state(self.stepwise)
     self.rounds_per_step, self.rows = rounds_per_step, rows
     self.choice = (0, None)   # the last choice's (branch, round costs): what `observe` folds a step's rounds at
+    self._observed = 0        # the branch of the last step observed
 
-  def choose(self, round_cost_N, tokens_left: int, measure_ar: bool = False) -> int:
+  def choose(self, round_cost_N, tokens_left: int, measure_ar: bool = False, unserved_ks: tuple = ()) -> int:
     """K of the next step at these round costs (one per branch) with `tokens_left` the most any active row still
-    needs; measure_ar: step autoregressively instead of drafting, so its served cost is measured again."""
+    needs; measure_ar: step autoregressively instead of drafting, so its served cost is measured again;
+    unserved_ks: drafting K whose served cost is unknown, the first of which a step that would draft at the K of
+    the last step observed serves instead (once served, its own cost replaces a prior that a served K's ratio only
+    scales: a warmup that misjudged K=4 against K=2 would otherwise keep K=2 for good). A probe never explores."""
     inputs = PolicyInputs.measured(round_cost_N)
     # a probe (K_min while autoregression is best) lasts the whole step: R rounds, not one as in `generate`.
     # Until a round has measured the drafter, the first step that could pay probes (as round 0 does in `generate`)
@@ -60,7 +64,11 @@ class StepPolicy:
     measured = bool(self.state.measured)
     branch = int(_choose(self.stepwise, self.state, inputs, self.state.rounds if measured else jnp.int32(0),
                          jnp.int32(tokens_left if measured else np.iinfo(np.int32).max)))
-    self.choice = (0 if measure_ar else branch, inputs.round_cost_N)
+    if measure_ar:
+      branch = 0
+    elif unserved_ks and branch and branch == self._observed:
+      branch = self.policy.branch_ks.index(unserved_ks[0])
+    self.choice = (branch, inputs.round_cost_N)
     return self.policy.branch_ks[self.choice[0]]
 
   def observe(self, accepted_RxB, k_R, choice: tuple | None = None) -> None:
@@ -76,4 +84,5 @@ class StepPolicy:
     padded_R = np.zeros((self.rounds_per_step,), np.int32)
     padded_R[:rounds] = k_R
     branch, costs = self.choice if choice is None else choice
+    self._observed = branch
     self.state = _fold_step(self.stepwise, self.state, jnp.int32(branch), padded_RxS, padded_R, costs)

@@ -54,3 +54,13 @@ def test_bad_settings():
     ServedCosts(window=0)
   with pytest.raises(ValueError, match="refresh_steps >= 1"):
     ServedCosts(refresh_steps=0)
+
+
+def test_the_drafting_k_not_yet_served_at_a_bucket():
+  costs = ServedCosts()
+  assert costs.unserved(2, (0, 1, 2, 4)) == (1, 2, 4)
+  costs.observe(2, 0, seconds=0.1, rounds=2)
+  costs.observe(2, 2, seconds=0.1, rounds=2)
+  costs.observe(4, 4, seconds=0.1, rounds=2)   # another bucket
+  costs.observe(2, 1, seconds=0.1, rounds=0)   # a step that ran no round serves nothing
+  assert costs.unserved(2, (0, 1, 2, 4)) == (1, 4)

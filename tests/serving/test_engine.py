@@ -391,6 +391,30 @@ def test_the_adaptive_policy_follows_the_round_costs_as_served(target, expected,
       assert result.stats.draft_tokens > 4 * 2 * 2
 
 
+def test_a_drafting_k_the_warmup_misjudged_is_served_once_and_then_kept(target, expected, monkeypatch):
+  """Warmup costs say K=4 is dear (5 steps) and K=2 cheap; as served (a clock that says so) a K=4 round costs 2.5
+  autoregressive ones and pays best. Scaling the unserved K=4 by how far K=2 was off would keep K=2 for good: once
+  the policy drafts at one K twice in a row, it serves each unserved K a step, and then keeps K=4."""
+  from specjax.serving import programs
+  clock, step_program = [0.0], programs.step_program
+  ms_per_round = {0: 1.0, 1: 1.5, 2: 2.0, 4: 2.5}
+
+  def timed_step(*args, k=None, **kwargs):
+    out = step_program(*args, k=k, **kwargs)
+    clock[0] += int(out.round) * ms_per_round[k] / 1e3
+    return out
+
+  monkeypatch.setattr(programs, "step_program", timed_step)
+  engine = Engine(target, drafter=drafters.DraftModel(target), k="auto", slots=1, rounds_per_step=2,
+                  max_model_len=64, round_costs={1: (1.0, 1.5, 1.6, 5.0)}, pipeline=False)   # the clock: each step
+  engine._slots.clock = lambda: clock[0]                                                    # read before the next
+  handle = engine.submit(Request(*REQUESTS[1], GREEDY))
+  _run_until_finished(engine, [handle])
+  assert handle.result(timeout=0).token_ids == expected[1]
+  assert engine.served_round_ms[1] == {0: 1.0, 1: 1.5, 2: 2.0, 4: 2.5}
+  assert len(engine._slots.served._ms[(1, 4)]) >= 2   # K=4 kept after the step that measured it
+
+
 def test_the_adaptive_policy_measures_each_buckets_costs(target):
   engine = Engine(target, drafter=drafters.PromptLookup(max_ngram=3), k="auto", slots=2, rounds_per_step=2,
                   max_model_len=64)
