@@ -78,7 +78,7 @@ class ServedCosts:
 
   def unserved(self, bucket: int, branch_ks) -> tuple[int, ...]:
     """The drafting K of branch_ks not yet served at this bucket."""
-    return tuple(k for k in branch_ks if k and self.ms(bucket, k) is None)
+    return tuple(k for k in branch_ks if k and not self._ms.get((bucket, k)))   # per step: no medians
 
   def relative(self, bucket: int, branch_ks, prior_N) -> np.ndarray:
     """Each branch's cost over the autoregressive step's, as served: a served K's own ratio (at least 1); an unserved

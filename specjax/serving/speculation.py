@@ -69,7 +69,7 @@ class StepPolicy:
     elif unserved_ks and branch and branch == self._observed:
       branch = self.policy.branch_ks.index(unserved_ks[0])
     self.choice = (branch, inputs.round_cost_N)
-    return self.policy.branch_ks[self.choice[0]]
+    return self.policy.branch_ks[branch]
 
   def observe(self, accepted_RxB, k_R, choice: tuple | None = None) -> None:
     """The step's rounds (accepted drafts per round and row, -1 where the row was done or inactive), folded in at
