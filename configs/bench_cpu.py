@@ -15,11 +15,12 @@ def get_config():
                                    # the llama.cpp peer then runs the file itself / its Q8_0 copy as its target)
   c.random_model = ml_collections.ConfigDict(dict(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
                                                   ffn_dim=128, max_seq_len=1024))  # used when model == "random"
-  c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip")  # + "medusa", "feature_head" once trained
+  c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip")  # + "medusa", "feature_head", ... once trained
   # Trained drafters (scripts/train_draft.py writes output_dir/<kind>/drafter; configs/bench_drafters.py uses them);
   # "" = the default for draft_model (the target's first draft_layers layers) and layer_skip (its first
   # layer_skip_layers layers and head, no adapter); "untrained" = a freshly initialised head (times the code path).
-  c.drafter_dirs = ml_collections.ConfigDict(dict(draft_model="", layer_skip="", medusa="", feature_head=""))
+  c.drafter_dirs = ml_collections.ConfigDict(dict(draft_model="", layer_skip="", medusa="", feature_head="",
+                                                  block_drafter=""))
   c.categories = ("code", "prose", "structured", "long_context")
   c.ks = (1, 2, 3, 4, 6, 8)        # fixed K; () runs only the adaptive cells (needs auto_ks)
   c.auto_ks = (1, 2, 4)            # the adaptive policy's candidate K (k="auto" cells); () = no adaptive cells

@@ -16,10 +16,11 @@ def get_config():
   config.top_p = 1.0
   config.seed = 0
   config.drafter = "quantized"       # "none", "prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head",
-  #                                    "quantized"
+  #                                    "quantized", "block_drafter"
   # draft_model: a model source or truncate:N (the target's first N layers); layer_skip: N or a trained directory;
   # quantized: q4 or int8 (the target's own weights quantized) or a .gguf file (its Q4_0 / Q4_1 / Q8_0 blocks);
-  # medusa / feature_head: a directory written by scripts/train_draft.py (output_dir/<kind>/drafter).
+  # medusa / feature_head / block_drafter: a directory written by scripts/train_draft.py
+  # (output_dir/<kind>/drafter).
   config.draft_model = "q4"          # the source of the drafter (below); for draft_model e.g. truncate:8
   config.k = 4
   config.adaptive = False            # True: k="auto", the adaptive SpeculationPolicy (K per round, 0 when it does not pay)

@@ -9,7 +9,7 @@ from configs import train_feature_head
 
 def get_config():
   c = train_feature_head.get_config()
-  c.drafters = ("feature_head", "medusa", "layer_skip", "draft_model")
+  c.drafters = ("feature_head", "medusa", "layer_skip", "draft_model", "block_drafter")
   c.output_dir = "results/train/smoke"
   c.corpus_cache_dir = ""          # made afresh (and small) every run
   c.corpus = dict(n_prompts=2, max_new_tokens=16, generate_batch=2, temperature=0.0, stdlib_sequences=6,
@@ -26,4 +26,5 @@ def get_config():
   c.layer_skip.loss_vocab_size = 1024
   c.draft_model.loss_vocab_size = 1024
   c.draft_model.init = "truncate:2"
+  c.block_drafter.draft_vocab_size = 1024
   return c

@@ -15,7 +15,7 @@ def get_config():
   c = ml_collections.ConfigDict()
   c.model = "smollm2-135m"        # a known model name, a checkpoint path, or random:NAME
   c.dtype = ""                     # "" keeps the checkpoint's dtype (float32 for the GGUF)
-  c.drafters = ("feature_head",)   # any of feature_head, medusa, layer_skip, draft_model
+  c.drafters = ("feature_head",)   # any of feature_head, medusa, layer_skip, draft_model, block_drafter
   c.seed = 0
   c.output_dir = "results/train/feature_head"
   c.corpus_cache_dir = "results/train/corpus"
@@ -41,4 +41,10 @@ def get_config():
                       train=dict(batch_size=8))
   c.draft_model = dict(init="truncate:4", train_embeddings=False, loss_vocab_size=8192,
                        train=dict(steps=200, learning_rate=5e-4))
+  # block_drafter (DFlash style, configs/train_block_drafter.py): n_layers decoder layers; block_size B, the trained
+  # block (drafts up to B - 1 a round); anchors: blocks per sequence in one forward; gamma: position weights
+  # exp(-(j - 1) / gamma) along the block; ce_weight / kl_weight: cross-entropy with the true token (DFlash) and KL
+  # to the target's distribution at each position.
+  c.block_drafter = dict(feature_layers=(), n_layers=2, ffn_dim=0, draft_vocab_size=8192, block_size=8, gamma=4.0,
+                         anchors=16, ce_weight=1.0, kl_weight=0.0, train=dict(learning_rate=3e-3, batch_size=6))
   return c

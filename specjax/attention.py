@@ -22,18 +22,30 @@ def _layer_block(cache_LxBxSxKxD: jax.Array, layer: int, start, block: int) -> j
   return sliced[0].astype(jnp.float32)
 
 
+class Bidirectional:
+  """Passed where a `TreeLayout` goes (`tree=`): the T queries, in consecutive cache slots, see one another both
+  ways and every entry before them (a block drafter's block); their RoPE positions are their slots."""
+
+  @staticmethod
+  def rope_positions(slots_BxT):
+    return slots_BxT
+
+
 def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: jax.Array, layer: int,
                      q_positions_BxT: jax.Array, block: int, tree=None) -> jax.Array:
   """Causal attention of T queries at absolute positions against layer `layer`'s cache entries 0..position.
 
   With `tree` (a `specjax.trees.layout.TreeLayout`; the T queries are a token tree in consecutive slots) a query
-  sees the slots before the tree's root and its own ancestors' slots instead.
+  sees the slots before the tree's root and its own ancestors' slots instead; with `Bidirectional()` every query
+  sees the entries up to the last query's position.
 
   Takes every layer's cache and reads the blocks of one layer straight from it: slicing the layer out first
   would copy it whole (O(cache size) per layer and step, at every batch size). Every cache entry at or below a
   query's position must already hold that row's key/value. Returns [B, T, H, D] in the query dtype. Unsharded
   float32 CPU programs with few queries run the same computation in `specjax/kernels/cpu_attention.cc`.
   """
+  if isinstance(tree, Bidirectional):
+    q_positions_BxT, tree = jnp.broadcast_to(q_positions_BxT[:, -1:], q_positions_BxT.shape), None
   n_layers, size = k_LxBxSxKxD.shape[0], k_LxBxSxKxD.shape[2]
   if size % block:
     raise ValueError(f"attention block {block} does not divide the cache size {size}")

@@ -1,6 +1,7 @@
 """Drafters: one protocol (`Drafter`), one module per method."""
 
 from specjax.drafters.base import Drafter, TargetFeatures
+from specjax.drafters.block_drafter import BlockDrafter, BlockDrafterConfig
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.feature_head import FeatureHead, FeatureHeadConfig
 from specjax.drafters.layer_skip import LayerSkip

@@ -47,10 +47,7 @@ class FeatureHeadConfig:
   @classmethod
   def for_target(cls, target: ModelConfig, feature_layers=None, ffn_dim: int = 0, draft_vocab_size: int = 0):
     """Low, middle and high layers by default (2, n/2, n-3 as in EAGLE-3, clipped for shallow targets)."""
-    n = target.n_layers
-    layers = feature_layers or sorted({min(2, n - 1), n // 2, max(n - 3, 0)})
-    if any(not 0 <= i < n for i in layers):
-      raise ValueError(f"feature_layers {tuple(layers)} outside the target's {n} layers")
+    layers = checked_feature_layers(target, feature_layers)
     return cls(d_model=target.d_model, n_heads=target.n_heads, n_kv_heads=target.n_kv_heads,
                ffn_dim=ffn_dim or target.ffn_dim, vocab_size=target.vocab_size,
                draft_vocab_size=draft_vocab_size or target.vocab_size, feature_layers=tuple(layers),
@@ -63,6 +60,29 @@ class FeatureHeadConfig:
                        n_kv_heads=self.n_kv_heads, ffn_dim=self.ffn_dim, max_seq_len=self.max_seq_len,
                        rope_theta=self.rope_theta, norm_eps=self.norm_eps, head_dim=self.head_dim,
                        rope_scaling=self.rope_scaling, family=self.family)
+
+
+def checked_feature_layers(target: ModelConfig, feature_layers=None) -> tuple[int, ...]:
+  """`feature_layers`, or low, middle and high (2, n/2, n-3 as in EAGLE-3, clipped for shallow targets); a layer
+  the target does not have is a ValueError."""
+  n = target.n_layers
+  layers = tuple(feature_layers or sorted({min(2, n - 1), n // 2, max(n - 3, 0)}))
+  if any(not 0 <= i < n for i in layers):
+    raise ValueError(f"feature_layers {layers} outside the target's {n} layers")
+  return layers
+
+
+def fuse_layers(layer_norms, fuse, layers_BxTxLxD: jax.Array) -> jax.Array:
+  """Each target layer's residual stream through its own norm, concatenated and projected to D."""
+  layers = layers_BxTxLxD.astype(jnp.float32)
+  return fuse(jnp.concatenate([norm(layers[:, :, i]) for i, norm in enumerate(layer_norms)], axis=-1))
+
+
+def start_layer_norms(layer_norms, target: Model, feature_layers) -> None:
+  """Layer i's norm starts as the target's norm in front of layer i + 1 (the final norm after the last)."""
+  flat, family = target.flat_params(), get_family(target.config.family)
+  for norm, layer in zip(layer_norms, feature_layers):
+    norm.scale[...] = flat[family.reading_norm(layer, target.config.n_layers)].astype(jnp.float32)
 
 
 def _linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
@@ -93,8 +113,7 @@ class FeatureNet(nnx.Module):
     return get_family(self.layer_config.family)
 
   def fused(self, layers_BxTxLxD: jax.Array) -> jax.Array:
-    layers = layers_BxTxLxD.astype(jnp.float32)
-    return self.fuse(jnp.concatenate([norm(layers[:, :, i]) for i, norm in enumerate(self.layer_norms)], axis=-1))
+    return fuse_layers(self.layer_norms, self.fuse, layers_BxTxLxD)
 
   def _inputs(self, feature_BxTxD, embed_BxTxD):
     return self.mix(jnp.concatenate([self.feature_norm(feature_BxTxD), self.embed_norm(embed_BxTxD)], axis=-1))
@@ -135,11 +154,9 @@ class FeatureHead(TrainedHead):
 
   @classmethod
   def initial_net(cls, target: Model, config: FeatureHeadConfig, seed: int) -> nnx.State:
-    """Layer i's norm starts as the target's norm in front of layer i + 1 (the final norm after the last)."""
+    """The per-layer norms start at `start_layer_norms`."""
     net = FeatureNet(config, nnx.Rngs(seed))
-    flat, family = target.flat_params(), get_family(target.config.family)
-    for norm, layer in zip(net.layer_norms, config.feature_layers):
-      norm.scale[...] = flat[family.reading_norm(layer, target.config.n_layers)].astype(jnp.float32)
+    start_layer_norms(net.layer_norms, target, config.feature_layers)
     return nnx.split(net)[1]
 
   def init(self, params, tokens_BxS, prompt_len_B, prompt_bucket, features=None):

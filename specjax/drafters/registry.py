@@ -16,6 +16,7 @@ import os
 from typing import Callable, Mapping
 
 from specjax.drafters.base import Drafter
+from specjax.drafters.block_drafter import BlockDrafter
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.feature_head import FeatureHead
 from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
@@ -180,3 +181,5 @@ register(Entry("medusa", MedusaHeads, trained(MedusaHeads), recipe=f"{_RECIPES}:
 register(Entry("feature_head", FeatureHead, trained(FeatureHead), recipe=f"{_RECIPES}:FEATURE_HEAD",
                needs_trained_dir=True))
 register(Entry("quantized", QuantizedDraft, _quantized))
+register(Entry("block_drafter", BlockDrafter, trained(BlockDrafter), recipe=f"{_RECIPES}:BLOCK_DRAFTER",
+               needs_trained_dir=True))

@@ -36,6 +36,10 @@ class ModelFamily:
   input_norm:  the <rest> of the norm scale through which a layer reads the residual stream
   final_norm:  the name of the final norm's scale (what reads the last layer's output)
   param_count: param_count(config) -> int without building the module; None: counted from an abstract module
+  context_kv:  context_kv(block, x_BxTxD, cos, sin) -> (k, v): the keys and values a layer makes of x without its
+               input norm (BlockDrafter's context entries; see llama.context_kv); None: no block drafter
+  masked_block: masked_block(block, x_BxTxD, cos, sin, keys, values, visible_BxTxST) -> x: one layer without a
+               cache over extra entries and its own, under a mask (BlockDrafter's training; llama.masked_block)
   """
 
   name: str
@@ -49,6 +53,8 @@ class ModelFamily:
   input_norm: str = "attn_norm.scale"
   final_norm: str = "final_norm.scale"
   param_count: Callable | None = None
+  context_kv: Callable | None = None
+  masked_block: Callable | None = None
 
   def layer_of(self, name: str) -> int | None:
     """The layer index of the parameter at dotted path `name`, or None if it belongs to no layer."""

@@ -157,18 +157,39 @@ class Llama(nnx.Module):
     return self.logits(hidden), hidden, cache
 
 
+def _scaled_queries(block: Block, h_BxTxD, cos, sin) -> jax.Array:
+  """Queries grouped by kv head, [B, T, kv_heads, groups, head_dim], RoPE applied and scaled by 1/sqrt(head_dim)."""
+  attn = block.attn
+  batch, t_len, _ = h_BxTxD.shape
+  q = attn.q(h_BxTxD).reshape(batch, t_len, attn.n_kv_heads, attn.n_heads // attn.n_kv_heads, attn.head_dim)
+  return apply_rope(q, cos[:, :, None], sin[:, :, None]) * attn.head_dim**-0.5
+
+
+def _after_attention(block: Block, x_BxTxD, mixed_BxTxKxGxD) -> jax.Array:
+  """The residual stream after the attention output (heads mixed_BxTxKxGxD) and the MLP."""
+  x = x_BxTxD + block.attn.o(mixed_BxTxKxGxD.reshape(x_BxTxD.shape[:2] + (-1,)).astype(x_BxTxD.dtype))
+  return x + block.mlp(block.mlp_norm(x))
+
+
+def context_kv(block: Block, x_BxTxD, cos, sin) -> tuple[jax.Array, jax.Array]:
+  """The keys (RoPE applied) and values `block`'s attention makes of x_BxTxD as it is, without the block's input
+  norm: a block drafter's context entries, made from the target's fused features (DFlash's k/v of target_hidden)."""
+  attn = block.attn
+  batch, t_len, _ = x_BxTxD.shape
+  k = apply_rope(attn.k(x_BxTxD).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim), cos, sin)
+  return k, attn.v(x_BxTxD).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim)
+
+
 def chain_block(block: Block, x_BxTxD, cos, sin, keys: list, values: list) -> jax.Array:
   """A Llama block without a cache, for training. With empty `keys`: causal self-attention over the T positions
   (their keys and values are appended). Otherwise position t is chain t's next step: it attends to the first
   call's entries at positions <= t and to chain t's own entries of every later call, then appends its own."""
-  attn = block.attn
-  batch, t_len, _ = x_BxTxD.shape
-  groups = attn.n_heads // attn.n_kv_heads
+  t_len = x_BxTxD.shape[1]
   h = block.attn_norm(x_BxTxD)
-  q = apply_rope(attn.q(h).reshape(batch, t_len, attn.n_kv_heads, groups, attn.head_dim),
-                 cos[:, :, None], sin[:, :, None]) * attn.head_dim**-0.5
-  keys.append(apply_rope(attn.k(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim), cos, sin))
-  values.append(attn.v(h).reshape(batch, t_len, attn.n_kv_heads, attn.head_dim))
+  q = _scaled_queries(block, h, cos, sin)
+  new_k, new_v = context_kv(block, h, cos, sin)
+  keys.append(new_k)
+  values.append(new_v)
   position_T = jnp.arange(t_len)
   context = jnp.einsum("btkgd,bskd->bkgts", q.astype(jnp.float32), keys[0].astype(jnp.float32))
   context = jnp.where((position_T[None, :] <= position_T[:, None])[None, None, None], context, -jnp.inf)
@@ -177,8 +198,20 @@ def chain_block(block: Block, x_BxTxD, cos, sin, keys: list, values: list) -> ja
   mixed = jnp.einsum("bkgts,bskd->btkgd", weights[..., :t_len], values[0].astype(jnp.float32))
   for i, v in enumerate(values[1:]):
     mixed = mixed + jnp.einsum("bkgt,btkd->btkgd", weights[..., t_len + i], v.astype(jnp.float32))
-  x = x_BxTxD + attn.o(mixed.reshape(batch, t_len, -1).astype(x_BxTxD.dtype))
-  return x + block.mlp(block.mlp_norm(x))
+  return _after_attention(block, x_BxTxD, mixed)
+
+
+def masked_block(block: Block, x_BxTxD, cos, sin, keys_BxSxKxD, values_BxSxKxD, visible_BxTxST) -> jax.Array:
+  """A Llama block without a cache whose T queries attend to S extra entries (a block drafter's context) and to
+  the T positions' own entries, where visible_BxTx(S+T) allows (training of block drafters)."""
+  h = block.attn_norm(x_BxTxD)
+  q = _scaled_queries(block, h, cos, sin)
+  own_k, own_v = context_kv(block, h, cos, sin)
+  keys = jnp.concatenate([keys_BxSxKxD, own_k], axis=1).astype(jnp.float32)
+  values = jnp.concatenate([values_BxSxKxD, own_v], axis=1).astype(jnp.float32)
+  scores = jnp.einsum("btkgd,bskd->bkgts", q.astype(jnp.float32), keys)
+  weights = jax.nn.softmax(jnp.where(visible_BxTxST[:, None, None], scores, -1e30), axis=-1)
+  return _after_attention(block, x_BxTxD, jnp.einsum("bkgts,bskd->btkgd", weights, values))
 
 
 def param_count(config: ModelConfig) -> int:
@@ -213,4 +246,5 @@ SHARDING = (
 )
 
 LLAMA = ModelFamily(name="llama", module=Llama, block=Block, norm=RMSNorm, rope_tables=rope_tables,
-                    chain_block=chain_block, sharding=SHARDING, param_count=param_count)
+                    chain_block=chain_block, sharding=SHARDING, param_count=param_count, context_kv=context_kv,
+                    masked_block=masked_block)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specjax.drafters.block_drafter import BlockDrafter
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.feature_head import FeatureHead
 from specjax.drafters.layer_skip import LayerSkip
@@ -70,6 +71,60 @@ def feature_head_objective(head: FeatureHead, ttt_steps: int = 3, step_decay: fl
     return _weighted(terms, step_decay), metrics
 
   return Objective("feature_head", head.config.feature_layers, head.net, head.frozen, loss, head.with_net)
+
+
+def random_anchors(tokens_BxT: jax.Array, mask_BxT: jax.Array, n: int, seed: int = 0):
+  """(anchors_BxN, valid_BxN): n distinct positions a per row with mask[a] (the target's distribution at a, of
+  token a + 1, is scored) and a token after them, drawn with a key from the batch's tokens (a pure loss, and the
+  same anchors for the same rows); rows with fewer such positions repeat invalid ones."""
+  batch, t_len = tokens_BxT.shape
+  position_T = jnp.arange(t_len, dtype=jnp.uint32)
+  key = jax.random.fold_in(jax.random.key(seed), jnp.sum(tokens_BxT.astype(jnp.uint32) * (position_T + 1)[None, :]))
+  allowed = mask_BxT & (position_T < t_len - 1)[None, :]
+  scores, anchors_BxN = jax.lax.top_k(jnp.where(allowed, jax.random.uniform(key, (batch, t_len)), -1.0),
+                                      min(n, t_len - 1))
+  return anchors_BxN.astype(jnp.int32), scores >= 0
+
+
+def block_drafter_objective(drafter: BlockDrafter, anchors: int = 16, gamma: float = 4.0, ce_weight: float = 1.0,
+                            kl_weight: float = 0.0, seed: int = 0) -> Objective:
+  """DFlash's training: `anchors` random blocks per sequence in one forward (`BlockNet.anchored`); mask position j
+  predicts the token at a + j: cross-entropy with the true token (and, with kl_weight, the KL to the target's
+  distribution there), weighted by exp(-(j - 1) / gamma) along the block. A label outside the draft vocabulary
+  drops out of the cross-entropy only."""
+  size = drafter.config.block_size
+  weight_J = jnp.exp(-jnp.arange(size - 1, dtype=jnp.float32) / gamma)
+
+  def loss(net_state, frozen, batch):
+    tokens, mask = batch["tokens"], batch["mask"]
+    anchors_BxN, anchor_ok_BxN = random_anchors(tokens, mask, anchors, seed)
+    out_BxNxJxD = drafter.module(net_state).anchored(frozen, batch["layers"], tokens, anchors_BxN, size)[:, :, 1:]
+    t_len = tokens.shape[1]
+    label_BxNxJ = anchors_BxN[:, :, None] + jnp.arange(1, size)[None, None, :]
+    at_BxNxJ = jnp.minimum(label_BxNxJ, t_len - 1)
+    rows_B11 = jnp.arange(tokens.shape[0])[:, None, None]
+    valid = anchor_ok_BxN[:, :, None] & (label_BxNxJ < t_len) & mask[rows_B11, at_BxNxJ - 1]
+    draft_logits = head_logits(frozen, out_BxNxJxD)
+    target_logits = head_logits(frozen, batch["hidden"][rows_B11, at_BxNxJ - 1])
+    index_V = jnp.full((frozen["embed"].shape[0],), -1, jnp.int32).at[frozen["vocab_ids"]].set(
+        jnp.arange(frozen["vocab_ids"].shape[0], dtype=jnp.int32))
+    label_index = index_V[tokens[rows_B11, at_BxNxJ]]
+    in_vocab = valid & (label_index >= 0)
+    log_q = jax.nn.log_softmax(draft_logits, axis=-1)
+    ce = -jnp.take_along_axis(log_q, jnp.maximum(label_index, 0)[..., None], axis=-1)[..., 0]
+    kl = kl_divergence(target_logits, draft_logits)
+    weighted = weight_J[None, None, :] * valid
+    term = ce_weight * jnp.where(in_vocab, ce, 0.0) + kl_weight * kl
+    top1 = top1_agreement(target_logits, draft_logits)
+    metrics = {"kl": masked_mean(kl, valid), "ce": masked_mean(ce, in_vocab), "top1": masked_mean(top1, valid),
+               "accuracy": masked_mean(jnp.argmax(draft_logits, -1) == label_index, in_vocab)}
+    for j in range(size - 1):
+      metrics[f"kl_{j + 1}"] = masked_mean(kl[:, :, j], valid[:, :, j])
+      metrics[f"top1_{j + 1}"] = masked_mean(top1[:, :, j], valid[:, :, j])
+    return jnp.sum(term * weighted) / jnp.maximum(jnp.sum(weighted), 1e-9), metrics
+
+  return Objective("block_drafter", drafter.config.feature_layers, drafter.net, drafter.frozen, loss,
+                   drafter.with_net)
 
 
 def medusa_objective(heads: MedusaHeads, step_decay: float = 0.8) -> Objective:

@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from specjax.drafters import registry
+from specjax.drafters.block_drafter import BlockDrafter, BlockDrafterConfig
 from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.feature_head import FeatureHead, FeatureHeadConfig
 from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
@@ -83,11 +84,25 @@ def _draft_model(target: Model, settings, corpus: Corpus, seed: int) -> objectiv
                                           settings.train_embeddings)
 
 
+def _block_drafter_config(target: Model, settings, draft_vocab_size: int = 0) -> BlockDrafterConfig:
+  return BlockDrafterConfig.for_target(target.config, tuple(settings.feature_layers), settings.ffn_dim,
+                                       draft_vocab_size, settings.n_layers, settings.block_size)
+
+
+def _block_drafter(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
+  vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+  config = _block_drafter_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
+  return objectives.block_drafter_objective(BlockDrafter.create(target, config, seed, vocab), settings.anchors,
+                                            settings.gamma, settings.ce_weight, settings.kl_weight, seed)
+
+
 FEATURE_HEAD = Recipe(_feature_head, lambda target, settings: _feature_head_config(target, settings).feature_layers)
 MEDUSA = Recipe(_medusa)
 LAYER_SKIP = Recipe(_layer_skip,
                     lambda target, settings: ((settings.n_layers or default_exit_layers(target.config.n_layers)) - 1,))
 DRAFT_MODEL = Recipe(_draft_model)
+BLOCK_DRAFTER = Recipe(_block_drafter,
+                       lambda target, settings: _block_drafter_config(target, settings).feature_layers)
 
 
 def layers_needed(kind: str, target: Model, settings) -> tuple:

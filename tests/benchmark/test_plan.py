@@ -10,7 +10,7 @@ def _cpu():
   """The full config with its trained heads replaced by untrained ones (no training output here)."""
   c = bench_cpu.get_config()
   c.methods = ("ar", "draft_model", "prompt_lookup", "layer_skip", "medusa", "feature_head")
-  for method in ("medusa", "feature_head"):
+  for method in ("medusa", "feature_head", "block_drafter"):
     c.drafter_dirs[method] = "untrained"
   return c
 

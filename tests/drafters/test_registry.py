@@ -73,9 +73,11 @@ def test_unregister_removes_it():
 # --- the registry itself -------------------------------------------------------------------------
 
 def test_the_built_in_methods():
-  assert set(registry.names()) == {"prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head", "quantized"}
-  assert set(registry.trainable()) == {"draft_model", "layer_skip", "medusa", "feature_head"}
-  assert {n for n in registry.names() if registry.get(n).needs_trained_dir} == {"medusa", "feature_head"}
+  assert set(registry.names()) == {"prompt_lookup", "draft_model", "layer_skip", "medusa", "feature_head", "quantized",
+                                   "block_drafter"}
+  assert set(registry.trainable()) == {"draft_model", "layer_skip", "medusa", "feature_head", "block_drafter"}
+  assert ({n for n in registry.names() if registry.get(n).needs_trained_dir}
+          == {"medusa", "feature_head", "block_drafter"})
   for name in registry.trainable():
     recipe = registry.get(name).training_recipe()
     assert callable(recipe.objective) and callable(recipe.layers)

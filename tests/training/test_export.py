@@ -15,6 +15,8 @@ SETTINGS = ml_collections.ConfigDict(dict(
                       feature_weight=0.0),
     medusa=dict(n_heads=2, draft_vocab_size=0, step_decay=0.8),
     layer_skip=dict(n_layers=2, adapter_rank=8, loss_vocab_size=0),
+    block_drafter=dict(feature_layers=(), n_layers=2, ffn_dim=0, draft_vocab_size=40, block_size=4, gamma=4.0,
+                       anchors=4, ce_weight=1.0, kl_weight=0.0),
 ))
 
 
@@ -23,7 +25,7 @@ def _perturbed(objective):
   return objective.drafter(jax.tree.map(lambda x: x + 0.1 * jax.random.normal(key, x.shape), objective.trainable))
 
 
-@pytest.mark.parametrize("kind", ["feature_head", "medusa", "layer_skip"])
+@pytest.mark.parametrize("kind", ["feature_head", "medusa", "layer_skip", "block_drafter"])
 def test_save_load_round_trip(peaked_target, tiny_corpus, tmp_path, kind):
   drafter = _perturbed(make_objective(kind, peaked_target, SETTINGS[kind], tiny_corpus))
   directory = save_drafter(drafter, str(tmp_path / kind))

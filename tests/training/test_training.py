@@ -17,11 +17,13 @@ SETTINGS = ml_collections.ConfigDict(dict(
     medusa=dict(n_heads=3, draft_vocab_size=0, step_decay=0.8),
     layer_skip=dict(n_layers=1, adapter_rank=16, loss_vocab_size=48),
     draft_model=dict(init="truncate:1", train_embeddings=True, loss_vocab_size=0),
+    block_drafter=dict(feature_layers=(0, 2), n_layers=1, ffn_dim=64, draft_vocab_size=48, block_size=4, gamma=4.0,
+                       anchors=8, ce_weight=1.0, kl_weight=1.0),
 ))
 QUICK = TrainConfig(steps=40, batch_size=4, learning_rate=1e-2, warmup_steps=4, checkpoint_every=20, log_every=10)
 
 
-@pytest.mark.parametrize("kind", ["feature_head", "medusa", "layer_skip", "draft_model"])
+@pytest.mark.parametrize("kind", ["feature_head", "medusa", "layer_skip", "draft_model", "block_drafter"])
 def test_training_lowers_heldout_kl(peaked_target, tiny_corpus, tmp_path, kind):
   objective = make_objective(kind, peaked_target, SETTINGS[kind], tiny_corpus)
   before = heldout_loss(objective, tiny_corpus, objective.trainable, QUICK.batch_size)["heldout_kl"]
@@ -78,6 +80,7 @@ def test_corrupt_checkpoint_is_refused(peaked_target, tiny_corpus, tmp_path):
 def test_objectives_use_the_layers_they_declare(peaked_target, tiny_corpus):
   assert make_objective("layer_skip", peaked_target, SETTINGS.layer_skip, tiny_corpus).layer_ids == (0,)
   assert make_objective("feature_head", peaked_target, SETTINGS.feature_head, tiny_corpus).layer_ids == (0, 1, 2)
+  assert make_objective("block_drafter", peaked_target, SETTINGS.block_drafter, tiny_corpus).layer_ids == (0, 2)
   with pytest.raises(ValueError, match="nothing to train"):
     make_objective("layer_skip", peaked_target, ml_collections.ConfigDict(dict(SETTINGS.layer_skip, adapter_rank=0)),
                    tiny_corpus)
