@@ -25,6 +25,8 @@ def get_config():
   c.specjax = ml_collections.ConfigDict({
       "autoregressive": {"drafter": ""},
       "k4": {"drafter": "quantized", "draft_model": "q4", "k": 4},
+      "k6": {"drafter": "quantized", "draft_model": "q4", "k": 6},
+      "k8": {"drafter": "quantized", "draft_model": "q4", "k": 8},
       "adaptive": {"drafter": "quantized", "draft_model": "q4", "adaptive": True},   # K per round, load-aware
   })
   # llama-server systems: name -> draft tokens per round (0: no draft; else -md the packaged Q4_1 file, fixed K)
