@@ -60,6 +60,7 @@ class InFlight:
   choice: tuple | None             # the adaptive policy's choice it ran at (`StepPolicy.choice`)
   behind: bool                     # whether the step left the drafter behind
   dispatched_at: float
+  timed: bool = True               # False once an admission ran while it was in flight (its time holds the prefill)
 
 
 class Slots(RowStates):
@@ -163,6 +164,8 @@ class Slots(RowStates):
     """Prefills these (request, slot) pairs of one sampling group together (one program call of len(batch) rows, at
     the bucket of the longest prompt), delivers each first token and puts each row into its slot."""
     now = time.perf_counter()
+    for flight in self.in_flight:   # its readout is taken after this prefill: its time would count the prefill
+      flight.timed = False
     lengths = [len(handle.request.prompt_ids) for handle, _ in batch]
     self.grow_to_hold(max(slot for _, slot in batch), spec)
     spec = spec.replace(prompt_bucket=self.admission_bucket(max(lengths)))
@@ -249,8 +252,9 @@ class Slots(RowStates):
     held the slot at the dispatch, if it still does."""
     tokens_SxL, seq_len_S, done_S, accepted_RxS, k_R, rounds = jax.device_get(flight.readout)
     now = self.clock()   # pipelined, the step ran from when the last one's readout was taken, at the latest
-    self.served.observe(flight.capacity, self.drafted_k if flight.k is None else flight.k,
-                        now - max(flight.dispatched_at, self._taken_at), int(rounds))
+    if flight.timed:
+      self.served.observe(flight.capacity, self.drafted_k if flight.k is None else flight.k,
+                          now - max(flight.dispatched_at, self._taken_at), int(rounds))
     self._taken_at = now
     self.metrics.add(steps=1)
     if flight.k is not None:

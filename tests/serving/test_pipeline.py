@@ -136,3 +136,24 @@ def test_the_adaptive_policys_autoregressive_steps_are_pipelined_and_a_drafting_
   assert [r.token_ids for r in results] == [_offline(target, PROMPTS[0], 24), _offline(target, PROMPTS[3], 12)]
   for r in results:
     assert r.stats.draft_tokens >= 1 and r.stats.accepted_tokens == r.stats.draft_tokens
+
+
+def test_a_step_in_flight_during_an_admission_is_not_timed(target, monkeypatch):
+  """The prefill of a request admitted while a step is in flight runs before that step's readout is taken: the
+  served round costs (what the adaptive policy chooses K by) must not count it as the step's time."""
+  clock, admit = [0.0], slots.Slots.admit
+
+  def slow_admit(self, batch, spec):
+    clock[0] += 10.0   # a prefill of 10 s on the served clock
+    return admit(self, batch, spec)
+
+  monkeypatch.setattr(slots.Slots, "admit", slow_admit)
+  engine = Engine(target, slots=2, rounds_per_step=2, max_model_len=64)
+  engine._slots.clock = lambda: clock[0]
+  first = engine.submit(Request(PROMPTS[0], 30, GREEDY))
+  engine.step(), engine.step()
+  assert engine._slots.in_flight
+  second = engine.submit(Request(PROMPTS[1], 10, GREEDY))
+  _run(engine, [first, second])
+  recorded = [ms for times in engine._slots.served._ms.values() for ms in times]
+  assert recorded and max(recorded) < 1000.0   # without the rule: the step in flight took 10 s over 2 rounds
