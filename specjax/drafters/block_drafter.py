@@ -20,7 +20,7 @@ from flax import nnx
 from specjax.attention import Bidirectional
 from specjax.cache import KVCache, init_cache
 from specjax.config import ModelConfig
-from specjax.drafters.feature_head import (FeatureHeadConfig, _linear, checked_feature_layers, fuse_layers,
+from specjax.drafters.feature_head import (FeatureHeadConfig, linear, checked_feature_layers, fuse_layers,
                                            start_layer_norms)
 from specjax.drafters.trained_head import TrainedHead
 from specjax.drafters.vocab_head import draw, embed_tokens
@@ -63,7 +63,7 @@ class BlockNet(nnx.Module):
       raise ValueError(f"model family {config.family!r} has no context_kv / masked_block hooks: no BlockDrafter")
     self.layer_config = config.layer_config()
     self.layer_norms = nnx.List([family.norm(d, eps, jnp.float32) for _ in config.feature_layers])
-    self.fuse = _linear(len(config.feature_layers) * d, d, rngs)
+    self.fuse = linear(len(config.feature_layers) * d, d, rngs)
     self.context_norm = family.norm(d, eps, jnp.float32)
     self.mask_embed = nnx.Param(jnp.zeros((d,), jnp.float32))
     self.layers = nnx.List([family.block(self.layer_config, rngs) for _ in range(config.n_layers)])

@@ -85,7 +85,8 @@ def start_layer_norms(layer_norms, target: Model, feature_layers) -> None:
     norm.scale[...] = flat[family.reading_norm(layer, target.config.n_layers)].astype(jnp.float32)
 
 
-def _linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+def linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+  """A bias-free projection started at variance 1 / d_in (the trained heads' fuse and mix layers)."""
   return nnx.Linear(d_in, d_out, use_bias=False, rngs=rngs, kernel_init=nnx.initializers.normal(d_in**-0.5))
 
 
@@ -101,10 +102,10 @@ class FeatureNet(nnx.Module):
     d, eps, family = config.d_model, config.norm_eps, get_family(config.family)
     self.layer_config = config.layer_config()
     self.layer_norms = nnx.List([family.norm(d, eps, jnp.float32) for _ in config.feature_layers])
-    self.fuse = _linear(len(config.feature_layers) * d, d, rngs)
+    self.fuse = linear(len(config.feature_layers) * d, d, rngs)
     self.feature_norm = family.norm(d, eps, jnp.float32)
     self.embed_norm = family.norm(d, eps, jnp.float32)
-    self.mix = _linear(2 * d, d, rngs)
+    self.mix = linear(2 * d, d, rngs)
     self.block = family.block(self.layer_config, rngs)
     self.out_norm = family.norm(d, eps, jnp.float32)
 
