@@ -52,11 +52,6 @@ def has_avx512() -> bool:
   return "avx512f" in cpu_flags()
 
 
-def has_avx512_vnni() -> bool:
-  """Whether the quantized kernel's int8-activation path (AVX-512 VNNI) runs on this CPU."""
-  return {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= cpu_flags()
-
-
 def _cache_dir() -> str:
   return os.path.expanduser(os.environ.get("SPECJAX_KERNEL_CACHE", "~/.cache/specjax/kernels"))
 

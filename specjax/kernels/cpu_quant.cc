@@ -35,6 +35,7 @@ namespace ffi = xla::ffi;
 namespace {
 
 enum Scheme : int64_t { kInt8 = 0, kQ8_0 = 1, kQ4_0 = 2, kQ4_1 = 3 };
+enum Activations : int64_t { kFloatX = 0, kInt8X = 1, kInt8Avx2 = 2 };  // the int8_activations attribute
 
 constexpr int64_t kMaxRows = 32;
 constexpr int64_t kBlock = 32;
@@ -55,6 +56,7 @@ struct Call {
   float* y;                  // [M, N]
   const float* xsum;         // [M, nbp]: per-block sums of x (q4_0: times -8), zero past nb
   const Int8Activations* int8_x;  // the int8-activation path's x (M <= kMaxRegRows), else null
+  bool int8_avx2;                 // that path without VNNI even where the CPU has it (tests both)
   Scheme scheme;
   int64_t m_rows, k_dim, n_dim, nb, nbp, row_bytes, n_scales;
 };
@@ -157,6 +159,20 @@ struct Scratch {
   const float* Offsets(Scheme s) const { return s == kQ4_0 ? d : m; }
 };
 
+// A register tile's end: the 4-bit offsets (m [R, nbp] times x's block sums) added, then y[0:G, n:n+R] stored.
+template <Scheme S, int G, int R>
+inline void Finish(const Call& c, __m256 (&acc)[G][R], int64_t n, const float* m, const float* row_scales) {
+  if constexpr (IsQ4(S)) {
+    for (int64_t b = 0; b < c.nbp; b += 8) {
+      for (int r = 0; r < R; ++r) {
+        const __m256 mv = _mm256_loadu_ps(m + r * c.nbp + b);
+        for (int g = 0; g < G; ++g) acc[g][r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(c.xsum + g * c.nbp + b), acc[g][r]);
+      }
+    }
+  }
+  Store<G, R, S == kInt8>(acc, row_scales, c.y + n, c.n_dim);
+}
+
 // Register path: y[0:G, n:n+R] for all G = M rows of x and rows n..n+R-1 of W, whose scales are in d [R, nbp]
 // (minimums in m; for q4_0 m is d and xsum holds -8 times the sums).
 template <Scheme S, int G, int R>
@@ -189,15 +205,7 @@ void RegTile(const Call& c, int64_t n, const float* d, const float* m, const flo
       }
     }
   }
-  if constexpr (IsQ4(S)) {
-    for (int64_t b = 0; b < nbp; b += 8) {
-      for (int r = 0; r < R; ++r) {
-        const __m256 mv = _mm256_loadu_ps(m + r * nbp + b);
-        for (int g = 0; g < G; ++g) acc[g][r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(c.xsum + g * nbp + b), acc[g][r]);
-      }
-    }
-  }
-  Store<G, R, S == kInt8>(acc, row_scales, c.y + n, c.n_dim);
+  Finish<S, G, R>(c, acc, n, m, row_scales);
 }
 
 template <Scheme S, int G>
@@ -215,12 +223,12 @@ void RegChunk(const Call& c, int64_t n0, int64_t n1) {
   }
 }
 
-// Int8-activation path (AVX-512 VNNI; what llama.cpp runs for these blocks): each block of 32 values of a row of x
-// is rounded to int8 once per call with its own scale, dx = max |x| / 127, and every block's dot product with W's
-// integers is one vpdpbusd (unsigned bytes times signed bytes, summed four at a time into int32 lanes), two
-// blocks per 512-bit instruction; acc += float(t) * d * dx. The 4-bit offsets use the float x's block sums, as the
-// register path does. Not exact with respect to x (about 1/254 of a block's largest value per element): the caller
-// asks for it (`int8_activations`), for drafts and quantized targets only.
+// Int8-activation path (AVX-512 VNNI here, AVX2 below; what llama.cpp runs for these blocks): each block of 32
+// values of a row of x is rounded to int8 once per call with its own scale, dx = max |x| / 127, and every block's
+// dot product with W's integers is one vpdpbusd (unsigned bytes times signed bytes, summed four at a time into
+// int32 lanes), two blocks per 512-bit instruction; acc += float(t) * d * dx. The 4-bit offsets use the float x's
+// block sums, as the register path does. Not exact with respect to x (about 1/254 of a block's largest value per
+// element): the caller asks for it (`int8_activations`), for drafts and quantized targets only.
 #define SPECJAX_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
 bool CpuHasVnni() {
@@ -232,13 +240,16 @@ bool CpuHasVnni() {
 
 // x rounded per block: xq [M, nb2 * 32] int8 and dx8 [M, nb2 * 8] (each block's scale eight times), both zero
 // past nb blocks (nb2 = nb rounded up to even, so blocks go in pairs).
+// For the AVX2 path's 4-bit pairs also xh [M, nb2 * 32], each pair of blocks as its values in the order the
+// nibbles come (b's 0-15, b + 1's 0-15, b's 16-31, b + 1's 16-31), and dx4 [M, nb2 * 4] (each scale four times).
 struct Int8Activations {
   int64_t nb2;
-  std::unique_ptr<int8_t[]> xq;
-  std::unique_ptr<float[]> dx8;
+  std::unique_ptr<int8_t[]> xq, xh;
+  std::unique_ptr<float[]> dx8, dx4;
 
   Int8Activations(const float* x, int64_t m_rows, int64_t k_dim, int64_t nb)
-      : nb2((nb + 1) & ~int64_t{1}), xq(new int8_t[m_rows * nb2 * kBlock]()), dx8(new float[m_rows * nb2 * 8]()) {
+      : nb2((nb + 1) & ~int64_t{1}), xq(new int8_t[m_rows * nb2 * kBlock]()), xh(new int8_t[m_rows * nb2 * kBlock]()),
+        dx8(new float[m_rows * nb2 * 8]()), dx4(new float[m_rows * nb2 * 4]()) {
     for (int64_t g = 0; g < m_rows; ++g) {
       for (int64_t b = 0; b < nb; ++b) {
         const float* p = x + g * k_dim + b * kBlock;
@@ -250,6 +261,10 @@ struct Int8Activations {
           dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(p[i] * inverse), -127.f, 127.f));
         }
         std::fill_n(dx8.get() + (g * nb2 + b) * 8, 8, d);
+        std::fill_n(dx4.get() + (g * nb2 + b) * 4, 4, d);
+        int8_t* pair = xh.get() + (g * nb2 + (b & ~int64_t{1})) * kBlock + (b & 1) * 16;
+        std::copy_n(dst, 16, pair);
+        std::copy_n(dst + 16, 16, pair + 32);
       }
     }
   }
@@ -341,6 +356,93 @@ SPECJAX_VNNI void VnniChunk(const Call& c, const Int8Activations& a, int64_t n0,
   }
 }
 
+// The same int8-activation path with AVX2 only (no VNNI): vpmaddubsw multiplies W's unsigned bytes by x's signed
+// ones and sums pairs into int16 (at most 2 * 128 * 127, no saturation), vpmaddwd by ones sums pairs again into
+// int32 lanes; acc += float(t) * d * dx. 4 bits: two blocks per step, 32 bytes of W masked into both blocks' low
+// nibbles and both blocks' high ones against x in that order (Int8Activations::xh), lanes 0-3 block b's and 4-7
+// block b + 1's. 8 bits: one block per step, |w| times x with x's sign flipped where w < 0.
+// y[0:G, n:n+R] on the AVX2 int8-activation path (scales in d [R, nbp], offsets in m as RegTile takes them).
+template <Scheme S, int G, int R>
+void Avx2Int8Tile(const Call& c, const Int8Activations& a, int64_t n, const float* d, const float* m,
+                  const float* row_scales) {
+  const int64_t nbp = c.nbp, bb = BlockBytes(S), nb2 = a.nb2;
+  const uint8_t* rows = c.q + n * c.row_bytes;
+  const uint8_t* ahead = rows + kPrefetchRows * c.row_bytes;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[G][R];
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) acc[g][r] = _mm256_setzero_ps();
+  if constexpr (IsQ4(S)) {  // two blocks at a time: 32 bytes of W give both blocks' low nibbles, then high ones
+    const __m256i mask = _mm256_set1_epi8(0xF);
+    const __m256i pair_index = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+    for (int64_t b = 0; b < c.nb; b += 2) {
+      if (((b * bb) & 63) == 0) {
+        for (int r = 0; r < R; ++r) Prefetch(c, ahead + r * c.row_bytes + b * bb);
+      }
+      __m256i xlo[G], xhi[G];
+      __m256 dx[G];
+      for (int g = 0; g < G; ++g) {
+        const int8_t* xp = a.xh.get() + (g * nb2 + b) * kBlock;
+        xlo[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
+        xhi[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
+        dx[g] = _mm256_loadu_ps(a.dx4.get() + (g * nb2 + b) * 4);
+      }
+      const bool one = b + 1 == c.nb;
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = rows + r * c.row_bytes + b * bb;
+        const __m256i raw = one ? _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), 0)
+                                : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        const __m256i lo = _mm256_and_si256(raw, mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+        const __m128 d_pair = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(d + r * nbp + b)));
+        const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d_pair), pair_index);
+        for (int g = 0; g < G; ++g) {
+          const __m256i t16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[g]), _mm256_maddubs_epi16(hi, xhi[g]));
+          const __m256i t = _mm256_madd_epi16(t16, ones);
+          acc[g][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, dx[g]), acc[g][r]);
+        }
+      }
+    }
+  }
+  for (int64_t b = 0; !IsQ4(S) && b < c.nb; ++b) {
+    if (((b * bb) & 63) == 0) {
+      for (int r = 0; r < R; ++r) Prefetch(c, ahead + r * c.row_bytes + b * bb);
+    }
+    __m256i xg[G];
+    float dx[G];
+    for (int g = 0; g < G; ++g) {
+      xg[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq.get() + (g * nb2 + b) * kBlock));
+      dx[g] = a.dx8[(g * nb2 + b) * 8];
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows + r * c.row_bytes + b * bb));
+      const __m256i magnitude = _mm256_sign_epi8(w, w);
+      const float dw = S == kInt8 ? 1.f : d[r * nbp + b];
+      for (int g = 0; g < G; ++g) {
+        const __m256i xs = _mm256_sign_epi8(xg[g], w);
+        const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, xs), ones);
+        acc[g][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(dw * dx[g]), acc[g][r]);
+      }
+    }
+  }
+  Finish<S, G, R>(c, acc, n, m, row_scales);
+}
+
+template <Scheme S, int G>
+void Avx2Int8Chunk(const Call& c, const Int8Activations& a, int64_t n0, int64_t n1) {
+  constexpr int R = G <= 2 ? 4 : 2;
+  Scratch s(c);
+  int64_t n = n0;
+  for (; n + R <= n1; n += R) {
+    s.Load<S>(c, n, R);
+    Avx2Int8Tile<S, G, R>(c, a, n, s.d, s.Offsets(S), s.row_scales);
+  }
+  for (; n < n1; ++n) {
+    s.Load<S>(c, n, 1);
+    Avx2Int8Tile<S, G, 1>(c, a, n, s.d, s.Offsets(S), s.row_scales);
+  }
+}
+
 // Tile path: rows n..n+R-1 of W as floats into out [R, K].
 template <Scheme S>
 void Dequantize(const Call& c, int64_t n, int rows_in_tile, const Scratch& s, float* out) {
@@ -407,12 +509,21 @@ void TileChunk(const Call& c, int64_t n0, int64_t n1) {
 
 template <Scheme S>
 void Chunk(const Call& c, int64_t n0, int64_t n1) {
-  if (c.int8_x != nullptr) {
+  static const bool has_vnni = CpuHasVnni();
+  if (c.int8_x != nullptr && has_vnni && !c.int8_avx2) {
     switch (c.m_rows) {
       case 1: return VnniChunk<S, 1>(c, *c.int8_x, n0, n1);
       case 2: return VnniChunk<S, 2>(c, *c.int8_x, n0, n1);
       case 3: return VnniChunk<S, 3>(c, *c.int8_x, n0, n1);
       case 4: return VnniChunk<S, 4>(c, *c.int8_x, n0, n1);
+    }
+  }
+  if (c.int8_x != nullptr) {
+    switch (c.m_rows) {
+      case 1: return Avx2Int8Chunk<S, 1>(c, *c.int8_x, n0, n1);
+      case 2: return Avx2Int8Chunk<S, 2>(c, *c.int8_x, n0, n1);
+      case 3: return Avx2Int8Chunk<S, 3>(c, *c.int8_x, n0, n1);
+      case 4: return Avx2Int8Chunk<S, 4>(c, *c.int8_x, n0, n1);
     }
   }
   switch (c.m_rows) {
@@ -452,11 +563,10 @@ void BlockSums(const float* x, int64_t m_rows, int64_t k_dim, int64_t nb, int64_
 
 ffi::Error Quantized(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer q, ffi::Buffer<ffi::F16> scale,
                      ffi::Buffer<ffi::F16> minimum, ffi::ResultBuffer<ffi::F32> y, int64_t scheme,
-                     bool int8_activations) {
+                     int64_t int8_activations) {
   if (scheme < kInt8 || scheme > kQ4_1) return ffi::Error::InvalidArgument("specjax_cpu_quant: unknown scheme");
-  static const bool has_vnni = CpuHasVnni();
-  if (int8_activations && !has_vnni) {
-    return ffi::Error::InvalidArgument("specjax_cpu_quant: int8 activations need AVX-512 VNNI");
+  if (int8_activations < kFloatX || int8_activations > kInt8Avx2) {
+    return ffi::Error::InvalidArgument("specjax_cpu_quant: int8_activations is 0 (off), 1 (on) or 2 (AVX2 only)");
   }
   const Scheme s = static_cast<Scheme>(scheme);
   const auto xd = x.dimensions(), qd = q.dimensions(), sd = scale.dimensions(), md = minimum.dimensions();
@@ -504,8 +614,9 @@ ffi::Error Quantized(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuff
   }
   c.xsum = xsum.get();
   std::unique_ptr<Int8Activations> int8_x;
-  if (int8_activations && m_rows <= kMaxRegRows) int8_x.reset(new Int8Activations(c.x, m_rows, k_dim, nb));
+  if (int8_activations != kFloatX && m_rows <= kMaxRegRows) int8_x.reset(new Int8Activations(c.x, m_rows, k_dim, nb));
   c.int8_x = int8_x.get();
+  c.int8_avx2 = int8_activations == kInt8Avx2;
   // Chunks of at least kMinChunkWork, a multiple of the threads, at most four per thread.
   const int64_t threads = specjax::KernelThreads(pool);
   const int64_t work = n_dim * k_dim * (m_rows + 1) / 2;
@@ -531,4 +642,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecjaxCpuQuant, Quantized,
                                   .Arg<ffi::Buffer<ffi::F16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("scheme")
-                                  .Attr<bool>("int8_activations"));
+                                  .Attr<int64_t>("int8_activations"));

@@ -3,13 +3,13 @@
 CPU kernel (`cpu_quant.cc`): 1..32 float32 rows in a program lowered for CPU, while the kernels are on
 (`specjax.kernels.linear.kernels_enabled()`, the switch the fp32 kernel uses): each weight row is read once and
 dequantized in registers, so a step streams the quantized bytes only (int8 about 1/4 of fp32's, q4_1 about 1/6).
-With AVX-512 VNNI and 1..4 rows (decoding), the kernel also rounds x to int8 per block of 32 (its own scale) and
-takes integer dot products, as llama.cpp does for these blocks: 3-4x fewer instructions, not exact in x (about
-1/254 of a block's largest value per element); `int8_activations()` says whether it does (SPECJAX_INT8_ACTIVATIONS=0
-turns it off). XLA path (everything else: other platforms, prefill-sized blocks, the kernels off): int8 rows as a
-dot of their integers times the row scales, blocks unpacked in the program, then one dot (a 64-position prefill
-took 1.7x longer through the kernel 32 rows at a time, 3.3x at 256). Quantized weights are frozen: neither path
-has a gradient with respect to them.
+With 1..4 rows (decoding), the kernel also rounds x to int8 per block of 32 (its own scale) and takes integer dot
+products, as llama.cpp does for these blocks (AVX-512 VNNI: 3-4x fewer instructions; AVX2: vpmaddubsw); not exact
+in x (about 1/254 of a block's largest value per element); `int8_activations()` says whether it does
+(SPECJAX_INT8_ACTIVATIONS=0 turns it off; =avx2 takes the AVX2 path where VNNI is there too). XLA path (everything
+else: other platforms, prefill-sized blocks, the kernels off): int8 rows as a dot of their integers times the row
+scales, blocks unpacked in the program, then one dot (a 64-position prefill took 1.7x longer through the kernel 32
+rows at a time, 3.3x at 256). Quantized weights are frozen: neither path has a gradient with respect to them.
 """
 
 import os
@@ -40,10 +40,20 @@ def _xla_quantized_dense(x, w: QuantizedWeight):
 MAX_INT8_ACTIVATION_ROWS = 4  # cpu_quant.cc's kMaxRegRows: more rows take its float tile path
 
 
+_INT8_ACTIVATIONS = {"0": 0, "1": 1, "avx2": 2}  # cpu_quant.cc's Activations
+
+
+def _int8_mode() -> int:
+  value = os.environ.get("SPECJAX_INT8_ACTIVATIONS", "1")
+  if value not in _INT8_ACTIVATIONS:
+    raise ValueError(f"SPECJAX_INT8_ACTIVATIONS must be one of {sorted(_INT8_ACTIVATIONS)}, got {value!r}")
+  return _INT8_ACTIVATIONS[value]
+
+
 def int8_activations() -> bool:
-  """Whether the CPU kernel rounds 1..4 rows of x to int8 blocks (AVX-512 VNNI here, not turned off), at trace
-  time."""
-  return build.has_avx512_vnni() and os.environ.get("SPECJAX_INT8_ACTIVATIONS", "1") != "0"
+  """Whether the CPU kernel rounds 1..4 rows of x to int8 blocks (not turned off), at trace time; with VNNI or,
+  without it (or with SPECJAX_INT8_ACTIVATIONS=avx2), AVX2's byte multiply-adds."""
+  return _int8_mode() != 0
 
 
 def applies(x_NxK, w: QuantizedWeight) -> bool:
@@ -61,7 +71,7 @@ def _kernel_call(x_MxK, q, scale, minimum, scheme: str):
   out = jax.ShapeDtypeStruct((x_MxK.shape[0], q.shape[0]), jnp.float32)
   return jax.ffi.ffi_call(build.QUANT_TARGET_NAME, out)(x_MxK, q, scale, minimum,
                                                         scheme=np.int64(_SCHEME_IDS[scheme]),
-                                                        int8_activations=int8_activations())
+                                                        int8_activations=np.int64(_int8_mode()))
 
 
 def quantized_dense(x_NxK: jax.Array, w: QuantizedWeight) -> jax.Array:

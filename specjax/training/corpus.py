@@ -134,12 +134,26 @@ def text_corpus_sequences(directory: str, n: int, seq_len: int, seed: int) -> li
   return sequences
 
 
-def corpus_tokens(target: Model, config: CorpusConfig) -> dict:
-  """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, then standard library)."""
+# The fields the on-policy text depends on (with the target and the prompts): the rest of the corpus can change
+# without regenerating it.
+GENERATION_FIELDS = ("n_prompts", "max_new_tokens", "generate_batch", "temperature", "seed", "seq_len")
+
+
+def generated_tokens(target: Model, config: CorpusConfig) -> dict:
+  """{"tokens", "mask"} of the on-policy sequences alone, packed to seq_len."""
   prompts = training_prompts()
   if config.n_prompts > len(prompts):
     raise ValueError(f"n_prompts={config.n_prompts} but the training prompt pool has {len(prompts)} prompts")
   sequences = on_policy_ids(target, prompts[:config.n_prompts], config) if config.n_prompts else []
+  tokens, mask = pack(sequences, config.seq_len)
+  return {"tokens": tokens, "mask": mask}
+
+
+def corpus_tokens(target: Model, config: CorpusConfig, generated: dict | None = None) -> dict:
+  """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, then standard library, then the
+  text corpus); `generated` is `generated_tokens`' output when it was made before."""
+  generated = generated_tokens(target, config) if generated is None else generated
+  sequences = [row[keep].tolist() for row, keep in zip(generated["tokens"], generated["mask"])]
   library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
   if config.text_sequences:
     library += text_corpus_sequences(config.text_corpus, config.text_sequences, config.seq_len, config.seed)

@@ -15,7 +15,7 @@ import tqdm
 from specjax.engine import features_program
 from specjax.model import Model
 from specjax.spec import TargetSpec
-from specjax.training.corpus import CorpusConfig, corpus_tokens
+from specjax.training.corpus import GENERATION_FIELDS, CorpusConfig, corpus_tokens, generated_tokens
 from specjax.training.prompt_pool import training_prompts
 
 
@@ -115,12 +115,20 @@ def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, path: str
 
 
 def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: str = "") -> Corpus:
-  """The corpus for `target`, from `cache_dir` when it was made before (the generated text and the target's
-  features are cached apart)."""
+  """The corpus for `target`, from `cache_dir` when it was made before (the generated text, the whole token set and
+  the target's features are cached apart: a config that changes only the other text does not regenerate)."""
   layer_ids = tuple(sorted(set(layer_ids)))
   tokens_key = _key(target_fingerprint(target), dataclasses.asdict(config), training_prompts()[:config.n_prompts])
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
-  text = (_load(tokens_path) if tokens_path else None) or corpus_tokens(target, config)
+  text = _load(tokens_path) if tokens_path else None
+  if text is None:
+    generated_key = _key(target_fingerprint(target), {f: getattr(config, f) for f in GENERATION_FIELDS},
+                         training_prompts()[:config.n_prompts])
+    generated_path = os.path.join(cache_dir, f"generated-{generated_key}.npz") if cache_dir else ""
+    generated = (_load(generated_path) if generated_path else None) or generated_tokens(target, config)
+    if generated_path and not os.path.exists(generated_path):
+      _save(generated_path, generated)
+    text = corpus_tokens(target, config, generated)
   if tokens_path and not os.path.exists(tokens_path):
     _save(tokens_path, text)
   features = _features(target, text["tokens"], layer_ids,

@@ -24,3 +24,8 @@ def peaked_target():
 @pytest.fixture(scope="session")
 def tiny_corpus(peaked_target):
   return build_corpus(peaked_target, CORPUS, layer_ids=(0, 1, 2))
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus_config():
+  return CORPUS

@@ -1,0 +1,37 @@
+"""The corpus cache (specjax.training.data): the target's on-policy text is generated once per generation setting,
+so a config that changes only the other text reuses it."""
+
+import dataclasses
+
+import numpy as np
+
+from specjax.training import corpus as corpus_module
+from specjax.training.data import build_corpus
+
+
+def test_other_text_changes_reuse_the_generated_text(peaked_target, tiny_corpus_config, tmp_path, monkeypatch):
+  corpus = tiny_corpus_config
+  first = build_corpus(peaked_target, corpus, layer_ids=(1,), cache_dir=str(tmp_path))
+
+  def not_again(*args, **kwargs):
+    raise AssertionError("the on-policy text was generated again")
+
+  monkeypatch.setattr(corpus_module, "on_policy_ids", not_again)
+  more_library = dataclasses.replace(corpus, stdlib_sequences=corpus.stdlib_sequences + 4)
+  second = build_corpus(peaked_target, more_library, layer_ids=(1,), cache_dir=str(tmp_path))
+  n = int(first.on_policy.sum())
+  assert n == int(second.on_policy.sum()) == corpus.n_prompts
+  np.testing.assert_array_equal(first.tokens[:n], second.tokens[:n])
+  assert len(second.tokens) == len(first.tokens) + 4
+  np.testing.assert_array_equal(first.hidden[:n], second.hidden[:n])
+
+
+def test_a_generation_setting_regenerates(peaked_target, tiny_corpus_config, tmp_path, monkeypatch):
+  corpus = tiny_corpus_config
+  build_corpus(peaked_target, corpus, layer_ids=(1,), cache_dir=str(tmp_path))
+  calls = []
+  real = corpus_module.on_policy_ids
+  monkeypatch.setattr(corpus_module, "on_policy_ids", lambda *a, **k: calls.append(1) or real(*a, **k))
+  build_corpus(peaked_target, dataclasses.replace(corpus, max_new_tokens=corpus.max_new_tokens - 4), layer_ids=(1,),
+               cache_dir=str(tmp_path))
+  assert calls == [1]
