@@ -5,7 +5,8 @@
 The corpus (on-policy text the target writes for specjax.training.prompt_pool, plus standard-library docstrings,
 with the target's features) is cached in corpus_cache_dir and shared by every config with the same corpus
 section. Writes output_dir/metrics.json (acceptance_before / acceptance_after: mean tokens per round, greedy, K=4,
-on the benchmark's held-out prompts), metrics.jsonl, checkpoints/ (resumed when rerun) and the trained drafter/.
+on the benchmark's held-out prompts), metrics.jsonl, curves.png, checkpoints/ (resumed when rerun) and the trained
+drafter/.
 """
 
 import ml_collections

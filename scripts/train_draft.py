@@ -4,7 +4,7 @@
   python scripts/train_draft.py --config=configs/train_draft_smoke.py      # every kind, a few steps (CI)
 
 Rerunning the same command resumes from the latest checkpoint. Results: output_dir/metrics.json, and per kind
-output_dir/<kind>/{metrics.json, metrics.jsonl, checkpoints/, drafter/}; use a trained drafter with
+output_dir/<kind>/{metrics.json, metrics.jsonl, curves.png, checkpoints/, drafter/}; use a trained drafter with
 scripts/generate.py --config.drafter=<kind> --config.draft_model=output_dir/<kind>/drafter.
 """
 

@@ -3,9 +3,11 @@ adaptive policy (q4 self-draft) on SmolLM2-135M, each concurrency's requests run
 `PAIRS` times, alternating which goes first. What the HTTP sweep's single cells cannot separate from the machine's
 noise: what the adaptive engine costs (or gains) per burst, measured in the same process minutes apart.
 
-  python docs/diagnostics/engine_paired.py [CONCURRENCY ...] [--against=k4] [--slots=N]   (default 1 4 16)
+  python docs/diagnostics/engine_paired.py [CONCURRENCY ...] [--against=k4] [--contender=k4] [--slots=N]
+                                                                                            (default 1 4 16)
 
---against=k4 sets the adaptive engine against the fixed K=4 one (same drafter) instead of the autoregressive one.
+--against=k4 sets the adaptive engine against the fixed K=4 one (same drafter) instead of the autoregressive one;
+--contender=k4 sets the fixed K=4 engine against the autoregressive one.
 """
 
 import statistics
@@ -44,14 +46,16 @@ def run_burst(engine: Engine, prompts, output_lens, concurrency: int) -> tuple[f
   return seconds, sum(s.completion_tokens for s in stats), tpot
 
 
-def main(concurrencies, against="autoregressive", slots=SLOTS):
+def _engine(name: str, target, draft, slots: int) -> Engine:
+  k = {"autoregressive": None, "k4": 4, "adaptive": "auto"}[name]
+  return Engine(target, drafter=None if k is None else draft, k=k, slots=slots, max_model_len=MAX_MODEL_LEN)
+
+
+def main(concurrencies, against="autoregressive", contender="adaptive", slots=SLOTS):
   specjax.enable_compilation_cache()
   target = model_from_source("smollm2-135m", "")
   draft = drafter_from_config("quantized", target, "q4")
-  baseline = (Engine(target, slots=slots, max_model_len=MAX_MODEL_LEN) if against == "autoregressive" else
-              Engine(target, drafter=draft, k=4, slots=slots, max_model_len=MAX_MODEL_LEN))
-  engines = {against: baseline,
-             "adaptive": Engine(target, drafter=draft, k="auto", slots=slots, max_model_len=MAX_MODEL_LEN)}
+  engines = {against: _engine(against, target, draft, slots), contender: _engine(contender, target, draft, slots)}
   for name, engine in engines.items():
     start = time.perf_counter()
     engine.warmup(samplings=(GREEDY,), prompt_lengths=WARM_PROMPT_LENGTHS, admit_rows=(1, 2, 4, 8))
@@ -68,19 +72,21 @@ def main(concurrencies, against="autoregressive", slots=SLOTS):
       for name in order:
         results[name].append(run_burst(engines[name], prompts, lens, concurrency))
     tok_s = {name: [tokens / seconds for seconds, tokens, _ in runs] for name, runs in results.items()}
-    ratios = [a / b for a, b in zip(tok_s["adaptive"], tok_s[against])]
+    ratios = [a / b for a, b in zip(tok_s[contender], tok_s[against])]
     for name, runs in results.items():
       tpot = np.concatenate([np.asarray(t) for _, _, t in runs])
       print(f"c={concurrency:2d} {name:15s} output tok/s " + " ".join(f"{x:6.1f}" for x in tok_s[name]) +
             f"  median TPOT {1e3 * np.median(tpot):.1f} ms, p99 {1e3 * np.percentile(tpot, 99):.1f} ms", flush=True)
-    print(f"c={concurrency:2d} adaptive / {against} per pair: " + " ".join(f"{r:.2f}" for r in ratios) +
-          f" (median {statistics.median(ratios):.2f}); served ms per round {engines['adaptive'].served_round_ms}",
+    print(f"c={concurrency:2d} {contender} / {against} per pair: " + " ".join(f"{r:.2f}" for r in ratios) +
+          f" (median {statistics.median(ratios):.2f}); served ms per round {engines[contender].served_round_ms}",
           flush=True)
 
 
 if __name__ == "__main__":
   options = dict(arg[2:].split("=", 1) for arg in sys.argv[1:] if arg.startswith("--"))
-  if set(options) - {"against", "slots"} or options.get("against", "k4") not in ("k4", "autoregressive"):
+  against, contender = options.get("against", "autoregressive"), options.get("contender", "adaptive")
+  if (set(options) - {"against", "contender", "slots"} or against not in ("k4", "autoregressive")
+          or contender not in ("k4", "adaptive") or against == contender):
     raise SystemExit(__doc__)
-  main([int(c) for c in sys.argv[1:] if not c.startswith("--")] or [1, 4, 16],
-       against=options.get("against", "autoregressive"), slots=int(options.get("slots", SLOTS)))
+  main([int(c) for c in sys.argv[1:] if not c.startswith("--")] or [1, 4, 16], against=against,
+       contender=contender, slots=int(options.get("slots", SLOTS)))

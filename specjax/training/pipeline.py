@@ -14,6 +14,7 @@ from specjax.memory import GiB, peak_resident_bytes
 from specjax.model import Model
 from specjax.training.acceptance import greedy_continuations, heldout_prompts, teacher_forced, tokens_per_round
 from specjax.training.corpus import CorpusConfig
+from specjax.training.curves import write_curves
 from specjax.training.data import Corpus, build_corpus
 from specjax.training.recipes import layers_needed, make_objective
 from specjax.training.export import save_drafter
@@ -73,6 +74,8 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations,
              "corpus_sequences": int(len(corpus.tokens)), "corpus_tokens": int(corpus.mask.sum()), "timings": timings,
              "teacher_forced_on_eval_prompts": on_prompts, **heldout}
   _write_json(os.path.join(out, "metrics.json"), metrics)
+  write_curves(os.path.join(out, "metrics.jsonl"), os.path.join(out, "curves.png"),
+               acceptance=(before["all"], after["all"], config.eval.k))
   return metrics
 
 

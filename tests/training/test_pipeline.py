@@ -35,6 +35,7 @@ def test_metrics_export_and_resume(tmp_path):
   assert written["acceptance_after"] >= 1.0 and written["drafters"]["medusa"]["train_steps"] == 3
   assert 0 < written["peak_resident_gib"] < 24
   assert sorted(os.listdir(tmp_path / "medusa" / "checkpoints")) == ["2", "3"]
+  assert (tmp_path / "medusa" / "curves.png").stat().st_size > 0
   target = model_from_source("random:tiny")
   drafter = drafter_from_config("medusa", target, written["drafters"]["medusa"]["drafter_dir"])
   assert drafter.config.draft_vocab_size == 64
