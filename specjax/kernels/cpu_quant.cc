@@ -360,8 +360,8 @@ SPECJAX_VNNI void VnniChunk(const Call& c, const Int8Activations& a, int64_t n0,
 // ones and sums pairs into int16 (at most 2 * 128 * 127, no saturation), vpmaddwd by ones sums pairs again into
 // int32 lanes; acc += float(t) * d * dx. 4 bits: two blocks per step, 32 bytes of W masked into both blocks' low
 // nibbles and both blocks' high ones against x in that order (Int8Activations::xh), lanes 0-3 block b's and 4-7
-// block b + 1's. 8 bits: one block per step, |w| times x with x's sign flipped where w < 0.
-// y[0:G, n:n+R] on the AVX2 int8-activation path (scales in d [R, nbp], offsets in m as RegTile takes them).
+// block b + 1's. 8 bits: one block per step, |w| times x with x's sign flipped where w < 0. Here y[0:G, n:n+R]
+// (scales in d [R, nbp], offsets in m as RegTile takes them).
 template <Scheme S, int G, int R>
 void Avx2Int8Tile(const Call& c, const Int8Activations& a, int64_t n, const float* d, const float* m,
                   const float* row_scales) {

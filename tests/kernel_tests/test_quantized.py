@@ -80,6 +80,12 @@ def activations(request, monkeypatch):
   return request.param
 
 
+def test_a_bad_activation_setting_is_named(monkeypatch):
+  monkeypatch.setenv("SPECJAX_INT8_ACTIVATIONS", "vnni")
+  with pytest.raises(ValueError, match="SPECJAX_INT8_ACTIVATIONS must be one of"):
+    int8_activations()
+
+
 def _jit():
   """A fresh jit each time: its trace cache does not know about `use_kernels`."""
   return jax.jit(lambda x, w: quantized_dense(x, w))
