@@ -153,10 +153,11 @@ def corpus_tokens(target: Model, config: CorpusConfig, generated: dict | None = 
   """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, then standard library, then the
   text corpus); `generated` is `generated_tokens`' output when it was made before."""
   generated = generated_tokens(target, config) if generated is None else generated
-  sequences = [row[keep].tolist() for row, keep in zip(generated["tokens"], generated["mask"])]
   library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
   if config.text_sequences:
     library += text_corpus_sequences(config.text_corpus, config.text_sequences, config.seq_len, config.seed)
-  tokens, mask = pack(sequences + library, config.seq_len)
-  on_policy = np.arange(len(tokens)) < len(sequences)
+  library_tokens, library_mask = pack(library, config.seq_len)
+  tokens = np.concatenate([generated["tokens"].astype(np.int32), library_tokens])
+  mask = np.concatenate([generated["mask"].astype(bool), library_mask])
+  on_policy = np.arange(len(tokens)) < len(generated["tokens"])
   return {"tokens": tokens, "mask": mask, "on_policy": on_policy}
