@@ -56,7 +56,7 @@ struct Call {
   float* y;                  // [M, N]
   const float* xsum;         // [M, nbp]: per-block sums of x (q4_0: times -8), zero past nb
   const Int8Activations* int8_x;  // the int8-activation path's x (M <= kMaxRegRows), else null
-  bool int8_avx2;                 // that path without VNNI even where the CPU has it (tests both)
+  bool int8_vnni;                 // that path through VNNI (asked for, and the CPU has it), else AVX2
   Scheme scheme;
   int64_t m_rows, k_dim, n_dim, nb, nbp, row_bytes, n_scales;
 };
@@ -509,8 +509,7 @@ void TileChunk(const Call& c, int64_t n0, int64_t n1) {
 
 template <Scheme S>
 void Chunk(const Call& c, int64_t n0, int64_t n1) {
-  static const bool has_vnni = CpuHasVnni();
-  if (c.int8_x != nullptr && has_vnni && !c.int8_avx2) {
+  if (c.int8_x != nullptr && c.int8_vnni) {
     switch (c.m_rows) {
       case 1: return VnniChunk<S, 1>(c, *c.int8_x, n0, n1);
       case 2: return VnniChunk<S, 2>(c, *c.int8_x, n0, n1);
@@ -616,7 +615,8 @@ ffi::Error Quantized(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuff
   std::unique_ptr<Int8Activations> int8_x;
   if (int8_activations != kFloatX && m_rows <= kMaxRegRows) int8_x.reset(new Int8Activations(c.x, m_rows, k_dim, nb));
   c.int8_x = int8_x.get();
-  c.int8_avx2 = int8_activations == kInt8Avx2;
+  static const bool has_vnni = CpuHasVnni();
+  c.int8_vnni = int8_activations == kInt8X && has_vnni;
   // Chunks of at least kMinChunkWork, a multiple of the threads, at most four per thread.
   const int64_t threads = specjax::KernelThreads(pool);
   const int64_t work = n_dim * k_dim * (m_rows + 1) / 2;
