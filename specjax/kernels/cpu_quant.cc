@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
@@ -208,19 +209,28 @@ void RegTile(const Call& c, int64_t n, const float* d, const float* m, const flo
   Finish<S, G, R>(c, acc, n, m, row_scales);
 }
 
-template <Scheme S, int G>
-void RegChunk(const Call& c, int64_t n0, int64_t n1) {
-  constexpr int R = G <= 2 ? 4 : 2;  // G * R accumulators, four vectors of a block and a product in 16 registers
+// Rows n0:n1 of W, R at a time (the rest one by one): each tile's scales and offsets into the scratch, then
+// tile(std::integral_constant<int, rows>, n, scratch) computes y[:, n:n+rows]. Every path's loop over W.
+template <Scheme S, int R, typename Tile>
+void EachTile(const Call& c, int64_t n0, int64_t n1, Tile tile) {
   Scratch s(c);
   int64_t n = n0;
   for (; n + R <= n1; n += R) {
     s.Load<S>(c, n, R);
-    RegTile<S, G, R>(c, n, s.d, s.Offsets(S), s.row_scales);
+    tile(std::integral_constant<int, R>(), n, s);
   }
   for (; n < n1; ++n) {
     s.Load<S>(c, n, 1);
-    RegTile<S, G, 1>(c, n, s.d, s.Offsets(S), s.row_scales);
+    tile(std::integral_constant<int, 1>(), n, s);
   }
+}
+
+template <Scheme S, int G>
+void RegChunk(const Call& c, int64_t n0, int64_t n1) {
+  constexpr int R = G <= 2 ? 4 : 2;  // G * R accumulators, four vectors of a block and a product in 16 registers
+  EachTile<S, R>(c, n0, n1, [&](auto rows, int64_t n, const Scratch& s) {
+    RegTile<S, G, decltype(rows)::value>(c, n, s.d, s.Offsets(S), s.row_scales);
+  });
 }
 
 // Int8-activation path (AVX-512 VNNI here, AVX2 below; what llama.cpp runs for these blocks): each block of 32
@@ -343,17 +353,10 @@ SPECJAX_VNNI void VnniTile(const Call& c, const Int8Activations& a, int64_t n, c
 }
 
 template <Scheme S, int G>
-SPECJAX_VNNI void VnniChunk(const Call& c, const Int8Activations& a, int64_t n0, int64_t n1) {
-  Scratch s(c);
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    s.Load<S>(c, n, 4);
-    VnniTile<S, G, 4>(c, a, n, s.d, s.Offsets(S), s.row_scales);
-  }
-  for (; n < n1; ++n) {
-    s.Load<S>(c, n, 1);
-    VnniTile<S, G, 1>(c, a, n, s.d, s.Offsets(S), s.row_scales);
-  }
+void VnniChunk(const Call& c, const Int8Activations& a, int64_t n0, int64_t n1) {
+  EachTile<S, 4>(c, n0, n1, [&](auto rows, int64_t n, const Scratch& s) {
+    VnniTile<S, G, decltype(rows)::value>(c, a, n, s.d, s.Offsets(S), s.row_scales);
+  });
 }
 
 // The same int8-activation path with AVX2 only (no VNNI): vpmaddubsw multiplies W's unsigned bytes by x's signed
@@ -430,17 +433,9 @@ void Avx2Int8Tile(const Call& c, const Int8Activations& a, int64_t n, const floa
 
 template <Scheme S, int G>
 void Avx2Int8Chunk(const Call& c, const Int8Activations& a, int64_t n0, int64_t n1) {
-  constexpr int R = G <= 2 ? 4 : 2;
-  Scratch s(c);
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) {
-    s.Load<S>(c, n, R);
-    Avx2Int8Tile<S, G, R>(c, a, n, s.d, s.Offsets(S), s.row_scales);
-  }
-  for (; n < n1; ++n) {
-    s.Load<S>(c, n, 1);
-    Avx2Int8Tile<S, G, 1>(c, a, n, s.d, s.Offsets(S), s.row_scales);
-  }
+  EachTile<S, G <= 2 ? 4 : 2>(c, n0, n1, [&](auto rows, int64_t n, const Scratch& s) {
+    Avx2Int8Tile<S, G, decltype(rows)::value>(c, a, n, s.d, s.Offsets(S), s.row_scales);
+  });
 }
 
 // Tile path: rows n..n+R-1 of W as floats into out [R, K].
@@ -493,18 +488,11 @@ void DotRows(const Call& c, const float* w, int64_t n) {
 
 template <Scheme S>
 void TileChunk(const Call& c, int64_t n0, int64_t n1) {
-  Scratch s(c);
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    s.Load<S>(c, n, 4);
-    Dequantize<S>(c, n, 4, s, s.rows);
-    DotRows<4>(c, s.rows, n);
-  }
-  for (; n < n1; ++n) {
-    s.Load<S>(c, n, 1);
-    Dequantize<S>(c, n, 1, s, s.rows);
-    DotRows<1>(c, s.rows, n);
-  }
+  EachTile<S, 4>(c, n0, n1, [&](auto rows, int64_t n, const Scratch& s) {
+    constexpr int R = decltype(rows)::value;
+    Dequantize<S>(c, n, R, s, s.rows);
+    DotRows<R>(c, s.rows, n);
+  });
 }
 
 template <Scheme S>
