@@ -46,6 +46,8 @@ def get_config():
   # block (drafts up to B - 1 a round); anchors: blocks per sequence in one forward; gamma: position weights
   # exp(-(j - 1) / gamma) along the block; ce_weight / kl_weight: cross-entropy with the true token (DFlash) and KL
   # to the target's distribution at each position.
+  # anchors 64 with the KL: held-out top-1 at block position 1 0.215 after 400 steps, against 0.136 with 16 anchors
+  # and cross-entropy alone (docs/results.md section 32).
   c.block_drafter = dict(feature_layers=(), n_layers=2, ffn_dim=0, draft_vocab_size=8192, block_size=8, gamma=4.0,
-                         anchors=16, ce_weight=1.0, kl_weight=0.0, train=dict(learning_rate=3e-3, batch_size=6))
+                         anchors=64, ce_weight=1.0, kl_weight=1.0, train=dict(learning_rate=3e-3, batch_size=6))
   return c
