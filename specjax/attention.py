@@ -9,6 +9,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from specjax.cache import accelerator_attention_block
 from specjax.kernels import attention as attention_kernel
 from specjax.trees.layout import tree_visibility
 
@@ -42,7 +43,8 @@ def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: 
   Takes every layer's cache and reads the blocks of one layer straight from it: slicing the layer out first
   would copy it whole (O(cache size) per layer and step, at every batch size). Every cache entry at or below a
   query's position must already hold that row's key/value. Returns [B, T, H, D] in the query dtype. Unsharded
-  float32 CPU programs with few queries run the same computation in `specjax/kernels/cpu_attention.cc`.
+  float32 CPU programs with few queries run the same computation in `specjax/kernels/cpu_attention.cc`. `block` is
+  the CPU's block size; on GPUs and TPUs, where each block costs a loop iteration, `accelerator_attention_block`'s.
   """
   if isinstance(tree, Bidirectional):
     q_positions_BxT, tree = jnp.broadcast_to(q_positions_BxT[:, -1:], q_positions_BxT.shape), None
@@ -51,7 +53,11 @@ def cached_attention(q_BxTxHxD: jax.Array, k_LxBxSxKxD: jax.Array, v_LxBxSxKxD: 
     raise ValueError(f"attention block {block} does not divide the cache size {size}")
   if isinstance(layer, int) and not 0 <= layer < n_layers:
     raise ValueError(f"layer {layer} outside the cache's {n_layers} layers")
-  blockwise = functools.partial(_blockwise_attention, layer=layer, block=block, tree=tree)
+  on_cpu = functools.partial(_blockwise_attention, layer=layer, block=block, tree=tree)
+  query_rows = q_BxTxHxD.shape[1] * (q_BxTxHxD.shape[2] // k_LxBxSxKxD.shape[3])
+  wide = functools.partial(_blockwise_attention, layer=layer, block=accelerator_attention_block(size, query_rows),
+                           tree=tree)
+  blockwise = lambda *operands: jax.lax.platform_dependent(*operands, cpu=on_cpu, default=wide)
   return attention_kernel.attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, layer, q_positions_BxT, blockwise, tree)
 
 
@@ -92,7 +98,10 @@ def _blockwise_attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, q_positions_BxT, *
       jnp.zeros((batch, n_kv, rows), jnp.float32),
       jnp.zeros((batch, n_kv, rows, head_dim), jnp.float32),
   )
-  _, total, acc = jax.lax.fori_loop(0, n_blocks, body, init)
+  if size == block:   # one block: no loop (on a GPU each iteration would cost a sync)
+    _, total, acc = body(0, init)
+  else:
+    _, total, acc = jax.lax.fori_loop(0, n_blocks, body, init)
   out_BxKxGxTxD = (acc / total[..., None]).reshape(batch, n_kv, groups, t_len, head_dim)
   out = out_BxKxGxTxD.transpose(0, 3, 1, 2, 4).reshape(batch, t_len, n_heads, head_dim)
   return out.astype(q_BxTxHxD.dtype)

@@ -8,6 +8,10 @@ from specjax.config import ModelConfig
 
 # Attention walks the cache in blocks of this many positions, so cache sizes are multiples of it.
 CACHE_BLOCK = 128
+# On GPUs and TPUs each block is a loop iteration, which costs launches and, on a GPU, a device-to-host copy of the
+# loop's condition (about 27 us a block on an H200, docs/results.md section 33, the time to read 100 MB of cache):
+# attention there takes blocks up to this many scores per kv head and row.
+ACCELERATOR_SCORES = 1 << 21
 # KVCache.write writes rows one by one up to this batch size, with one scatter beyond.
 ROW_WRITES = 4
 
@@ -69,6 +73,15 @@ def attention_block(size: int, query_len: int) -> int:
   if query_len >= 16:
     block = min(block, 1 << (query_len.bit_length() - 1))
   return block
+
+
+def accelerator_attention_block(size: int, query_rows: int) -> int:
+  """Cache positions per attention block on GPUs and TPUs: the fewest blocks that divide `size` and keep
+  query_rows x block <= ACCELERATOR_SCORES (the whole cache in one block for a decode step or a verification)."""
+  blocks = max(1, -(-size * query_rows // ACCELERATOR_SCORES))
+  while size % blocks:
+    blocks += 1
+  return size // blocks
 
 
 def cache_layout(config: ModelConfig) -> tuple:

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.attention import cached_attention
+from specjax.attention import _blockwise_attention, cached_attention
+from specjax.cache import ACCELERATOR_SCORES, accelerator_attention_block
 from specjax.kernels import build, use_kernels
 
 PATHS = [False, pytest.param(True, marks=pytest.mark.skipif(not build.registered(), reason="CPU kernel unavailable"))]
@@ -58,3 +59,38 @@ def test_layer_must_be_in_the_cache():
   k = jnp.zeros((2, 1, 8, 1, 4))
   with pytest.raises(ValueError, match="layer 2"):
     cached_attention(jnp.zeros((1, 1, 1, 4)), k, k, 2, jnp.zeros((1, 1), jnp.int32), 8)
+
+
+@pytest.mark.parametrize("size,query_rows,want", [(4096, 4, 4096), (4224, 260, 4224), (4096, 8192, 256),
+                                                  (4224, 8192, 192), (16, 1, 16)])
+def test_accelerator_blocks_are_few_and_divide_the_cache(size, query_rows, want):
+  block = accelerator_attention_block(size, query_rows)
+  assert block == want and size % block == 0
+  assert query_rows * block <= ACCELERATOR_SCORES or block == size
+
+
+@pytest.mark.parametrize("t_len", [1, 5])
+def test_one_block_over_the_whole_cache_matches_dense_attention(t_len, dense_attention):
+  """The accelerators' path (no loop: the cache in one block) on every layer, rows at different fills."""
+  keys = jax.random.split(jax.random.key(t_len), 3)
+  k_LxBxSxKxD = jax.random.normal(keys[0], (2, 2, 32, 2, 8))
+  v_LxBxSxKxD = jax.random.normal(keys[1], (2, 2, 32, 2, 8))
+  q_BxTxHxD = jax.random.normal(keys[2], (2, t_len, 6, 8))
+  positions_BxT = (np.array([3, 20])[:, None] + np.arange(t_len)[None, :]).astype(np.int32)
+  for layer in range(2):
+    got = _blockwise_attention(q_BxTxHxD, k_LxBxSxKxD, v_LxBxSxKxD, jnp.asarray(positions_BxT), layer=layer,
+                               block=32)
+    want = dense_attention(q_BxTxHxD, k_LxBxSxKxD[layer], v_LxBxSxKxD[layer], positions_BxT)
+    np.testing.assert_allclose(np.asarray(got), want, atol=2e-5, rtol=2e-5)
+
+
+def test_accelerators_run_a_verification_without_a_loop():
+  """Lowered for TPU, a 5-query call over a 4096-position cache has no while loop; for the CPU (kernels off) it
+  walks 128-position blocks."""
+  k = jnp.zeros((2, 1, 4096, 2, 8), jnp.bfloat16)
+  q, positions = jnp.zeros((1, 5, 6, 8), jnp.bfloat16), jnp.arange(5, dtype=jnp.int32)[None] + 2000
+  attend = jax.jit(lambda q, k, v, p: cached_attention(q, k, v, 1, p, 128))
+  with use_kernels(False):
+    traced = attend.trace(q, k, k, positions)
+    assert "stablehlo.while" in traced.lower(lowering_platforms=("cpu",)).as_text()
+    assert "stablehlo.while" not in traced.lower(lowering_platforms=("tpu",)).as_text()

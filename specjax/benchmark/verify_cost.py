@@ -32,8 +32,8 @@ def paired_verify_cost(target, *, batch: int, k: int, filled: int, cache_size: i
     inputs[t] = (jnp.ones((batch, t), jnp.int32), fill_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :])
     caches[t] = init_cache(target.config, batch, cache_size).with_lengths(jnp.full((batch,), filled, jnp.int32))
 
-  # The scoring call of the unsharded decode program (kernels on), as `engine.verify` runs it.
-  spec = TargetSpec(graphdef=target.graphdef)
+  # The scoring call of the unsharded decode program, as `engine.verify` runs it (the CPU kernels on a CPU).
+  spec = TargetSpec(graphdef=target.graphdef, kernels=jax.default_backend() == "cpu")
   params = params_for(target, spec)
 
   parents = {1: None, k + 1: None if tree is None else jnp.broadcast_to(jnp.asarray(tree.parents, jnp.int32),

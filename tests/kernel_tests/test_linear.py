@@ -44,3 +44,19 @@ def test_gradient_through_the_kernel_matches_xla():
   reference = lambda x, w: jnp.sum(jnp.sin(x @ w))
   for got, want in zip(jax.grad(loss, (0, 1))(x, w), jax.grad(reference, (0, 1))(x, w)):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_one_row_products_are_two_rows_on_gpus_only(transposed):
+  """XLA:GPU makes a one-row dot a slow reduction: lowered for CUDA the row is padded to two (then sliced);
+  lowered for CPU or TPU it stays one, and the result is x @ w either way."""
+  x = jax.random.normal(jax.random.key(0), (1, 1, 64), jnp.bfloat16)
+  w = jax.random.normal(jax.random.key(1), (32, 64) if transposed else (64, 32), jnp.bfloat16)
+  with linear.use_kernels(False):
+    product = jax.jit(lambda x, w: linear.dense(x, w, transposed=transposed))
+    traced = product.trace(x, w)
+    assert "tensor<2x64xbf16>" in traced.lower(lowering_platforms=("cuda",)).as_text()
+    for platform in ("cpu", "tpu"):
+      assert "tensor<2x64xbf16>" not in traced.lower(lowering_platforms=(platform,)).as_text()
+    want = x.astype(jnp.float32) @ (w.T if transposed else w).astype(jnp.float32)
+    np.testing.assert_allclose(np.asarray(product(x, w), np.float32), np.asarray(want), rtol=2e-2, atol=2e-2)
