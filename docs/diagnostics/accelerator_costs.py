@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -135,11 +136,6 @@ def _roofline_ms(run: dict, who: str) -> float:
   return 2 * (config.param_count() + kv) / (run["copy_gb_per_s"] * 1e6)
 
 
-def _median(values: list) -> float:
-  values = sorted(values)
-  return 0.5 * (values[(len(values) - 1) // 2] + values[len(values) // 2])
-
-
 def _interpolate(points: dict, x: int) -> float:
   """Piecewise-linear in x through measured {x: y}, held flat beyond the ends."""
   xs = sorted(points)
@@ -157,12 +153,12 @@ def predict(path: str) -> str:
     run = json.load(f)
   good = [r for r in run["records"] if "error" not in r]
   target = [r for r in good if r["what"].startswith("target") and not r["what"].endswith("_b8")]
-  ar_ms = _median([r["step_ms"] for r in target])   # every paired step's
+  ar_ms = statistics.median([r["step_ms"] for r in target])   # every paired step's
   chain = {r["positions"]: r["ratio"] for r in target if r["what"] == "target_chain"}
   trees = {r["positions"]: r["ratio"] for r in target if r["what"] == "target_tree"}
   draft = {r["positions"]: r["ratio"] for r in good if r["what"] == "draft"}
-  draft_step = {who: _median([r["step_ms"] for r in good if r["what"] == who]) / ar_ms for who in ("draft", "head")
-                if any(r["what"] == who for r in good)}
+  draft_step = {who: statistics.median([r["step_ms"] for r in good if r["what"] == who]) / ar_ms
+                for who in ("draft", "head") if any(r["what"] == who for r in good)}
   draft_width = {1: 1.0, **{n: ratio for n, ratio in draft.items() if n > 1}}
   lines = [f"Device: {run['device']} ({run['backend']}, jax {run['jax']}); {run['filled']} cached positions, "
            f"batch 1, medians of {run['calls']} alternated pairs.", "",
