@@ -7,7 +7,8 @@ setup(
     version="0.1.0",
     description="Speculative decoding for large language models in JAX / Flax NNX",
     packages=find_packages(include=["specjax", "specjax.*"]),
-    package_data={"specjax": ["benchmark/prompts/*.json", "kernels/*.cc", "kernels/*.h"]},
+    package_data={"specjax": ["benchmark/prompts/*.json", "kernels/*.cc", "kernels/*.h",
+                              "drafters/shipped_heads/**/*"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.6",

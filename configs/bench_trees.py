@@ -1,9 +1,9 @@
-"""Token trees beside chains on SmolLM2-135M (issue 19): the trained feature head and Medusa heads, the q4
-self-draft and prompt lookup, each at K=4 and with a DynamicTree of 16 nodes (depth 4, top-4), greedy, batch 1,
-every category, paired with autoregressive calls; the paired cost of verifying 16 tree nodes.
+"""Token trees beside chains on SmolLM2-135M (issue 19): the feature head shipped in the package, trained Medusa
+heads, the q4 self-draft and prompt lookup, each at K=4 and with a DynamicTree of 16 nodes (depth 4, top-4), greedy,
+batch 1, every category, paired with autoregressive calls; the paired cost of verifying 16 tree nodes.
 
-  python scripts/train_draft.py --config=configs/train_feature_head.py --config.drafters="('feature_head','medusa')" \
-      --config.output_dir=results/train/heads --config.train.steps=150 --config.train.warmup_steps=15
+  python scripts/train_draft.py --config=configs/train_medusa.py --config.output_dir=results/train/heads \
+      --config.train.steps=150 --config.train.warmup_steps=15
   python scripts/benchmark.py --config=configs/bench_trees.py   # --config.tree_kind=static: balanced static trees
 """
 
@@ -13,7 +13,7 @@ from configs import bench_cpu
 def get_config():
   c = bench_cpu.get_config()
   c.methods = ("ar", "feature_head", "medusa", "quantized:q4", "prompt_lookup")
-  c.drafter_dirs.feature_head = "results/train/heads/feature_head/drafter"
+  c.drafter_dirs.feature_head = "shipped"  # specjax/drafters/shipped_heads; a trained directory replaces it
   c.drafter_dirs.medusa = "results/train/heads/medusa/drafter"
   c.ks = (4,)
   c.auto_ks = ()

@@ -27,7 +27,7 @@ def model_from_source(source: str, dtype: str = "") -> Model:
 def drafter_from_config(kind: str, target: Model, draft_source: str = "", max_ngram: int = 3):
   """The drafter `kind` names in `specjax.drafters.registry` ("none": None) for `target`, built from draft_source
 (the registry says what each method takes: truncate:N or a model source for draft_model, N or a trained directory
-for layer_skip, a directory that scripts/train_draft.py wrote or "untrained" for medusa and feature_head)."""
+for layer_skip, a directory that scripts/train_draft.py wrote, "shipped" or "untrained" for medusa and feature_head)."""
   return registry.build(kind, target, draft_source, {"prompt_lookup_max_ngram": max_ngram})
 
 

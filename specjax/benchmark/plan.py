@@ -84,8 +84,10 @@ def _methods(c: dict) -> tuple[str, ...]:
       continue  # the registry's build checks its own sources
     if registry.get(name).needs_trained_dir and not dirs.get(name):
       raise ValueError(f"method {name!r} needs config.drafter_dirs.{name}: a directory written by "
-                       f"scripts/train_draft.py (or 'untrained' to time a freshly initialised head)")
-    if dirs.get(name) not in ("", None, registry.UNTRAINED) and not os.path.isdir(os.path.expanduser(dirs[name])):
+                       f"scripts/train_draft.py, 'shipped' (the package's trained one) or 'untrained' (a freshly "
+                       f"initialised head, to time it)")
+    special = ("", None, registry.UNTRAINED, registry.SHIPPED)
+    if dirs.get(name) not in special and not os.path.isdir(os.path.expanduser(dirs[name])):
       raise ValueError(f"config.drafter_dirs.{name}={dirs[name]!r} is not a directory: train it with "
                        f"python scripts/train_draft.py --config=configs/train_{name}.py, or drop {name!r} "
                        f"from config.methods")

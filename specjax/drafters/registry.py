@@ -23,6 +23,7 @@ from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
 from specjax.drafters.medusa import MedusaHeads
 from specjax.drafters.prompt_lookup import PromptLookup
 from specjax.drafters.quantized import SCHEMES as QUANTIZED_SCHEMES, QuantizedDraft
+from specjax.drafters.shipped import SHIPPED, shipped_directory
 from specjax.drafters.truncated import truncated_model
 from specjax.model import Model
 
@@ -107,7 +108,8 @@ def name_of(drafter: Drafter) -> str:
 
 def trained(cls: type) -> Build:
   """The build of a trainable kind: a directory that scripts/train_draft.py wrote (loaded by
-  specjax.training.export, and checked to hold a `cls`), or "untrained" for `cls.create(target)`."""
+  specjax.training.export, and checked to hold a `cls`), "shipped" for the one inside the package that fits the
+  target (specjax.drafters.shipped), or "untrained" for `cls.create(target)`."""
 
   def build(target: Model, source: str, settings: Mapping) -> Drafter:
     name = next(entry.name for entry in _ENTRIES.values() if entry.drafter is cls)
@@ -115,7 +117,9 @@ def trained(cls: type) -> Build:
       return cls.create(target)
     if not source:
       raise ValueError(f"drafter {name!r} needs draft_source: the directory of a trained {name} "
-                       f"(scripts/train_draft.py writes one), or {UNTRAINED!r}")
+                       f"(scripts/train_draft.py writes one), {SHIPPED!r} or {UNTRAINED!r}")
+    if source == SHIPPED:
+      source = shipped_directory(name, target.config)
     from specjax.training.export import load_drafter  # training imports drafters, never the reverse at import
     drafter = load_drafter(source, target)
     if type(drafter) is not cls:
