@@ -42,7 +42,7 @@ def _kernel_call(x_MxK, w, transposed: bool):
 
 def _skinny_impl(x_MxK, w, transposed):
   return jax.lax.platform_dependent(x_MxK, w, cpu=lambda x, w: _kernel_call(x, w, transposed),
-                                    default=lambda x, w: _xla_dot(x, w, transposed))
+                                    default=lambda x, w: xla_dot(x, w, transposed))
 
 
 def _skinny_fwd(x_MxK, w, transposed):
@@ -60,7 +60,8 @@ _skinny = jax.custom_vjp(_skinny_impl, nondiff_argnums=(2,))
 _skinny.defvjp(_skinny_fwd, _skinny_bwd)
 
 
-def _xla_dot(x, w, transposed: bool):
+def xla_dot(x, w, transposed: bool):
+  """x [..., K] @ w (w [N, K] when transposed) as XLA's dot, off the CPU kernels (the packed kernel's fallback too)."""
   spec = "...k,nk->...n" if transposed else "...k,kn->...n"
   if math.prod(x.shape[:-1]) != 1:
     return jnp.einsum(spec, x, w)
@@ -90,4 +91,4 @@ def dense(x_NxK, w, *, transposed: bool = False):
   if rows is not None and w.dtype == jnp.float32:
     out = _skinny(x_NxK.reshape(rows, x_NxK.shape[-1]), w, transposed)
     return out.reshape(x_NxK.shape[:-1] + out.shape[-1:])
-  return _xla_dot(x_NxK, w, transposed)
+  return xla_dot(x_NxK, w, transposed)

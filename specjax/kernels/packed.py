@@ -76,12 +76,6 @@ def available() -> bool:
   return build.has_avx512() and linear.kernels_enabled()
 
 
-def _xla_dot(x, w: PackedKernel):
-  if w.transposed:
-    return jnp.einsum("...k,nk->...n", x, w.kernel)
-  return jnp.einsum("...k,kn->...n", x, w.kernel)
-
-
 def _runs_packed(x_NxK: jax.Array, w) -> bool:
   rows = math.prod(x_NxK.shape[:-1])
   return (isinstance(w, PackedKernel) and w.tiles is not None and 1 <= rows <= MAX_ROWS
@@ -101,7 +95,8 @@ def dense_group(x_NxK: jax.Array, ws: list) -> list:
   if len(ws) > 1 and not (isinstance(lead, PackedKernel) and lead.group):
     return [dense(x_NxK, w) for w in ws]
   if not _runs_packed(x_NxK, lead):
-    return [_xla_dot(x_NxK, w) if isinstance(w, PackedKernel) else linear.dense(x_NxK, w) for w in ws]
+    return [linear.xla_dot(x_NxK, w.kernel, w.transposed) if isinstance(w, PackedKernel) else linear.dense(x_NxK, w)
+            for w in ws]
   widths = lead.group or (lead.n_out,)
   if [getattr(w, "member", None) for w in ws] != list(range(len(ws))):
     raise ValueError(f"kernels {[getattr(w, 'member', None) for w in ws]} of a packed group of {len(widths)} are not "
@@ -110,7 +105,7 @@ def dense_group(x_NxK: jax.Array, ws: list) -> list:
   x_MxK = x_NxK.reshape(rows, x_NxK.shape[-1])
 
   def off_cpu(x, _):   # the packed view is made on CPU only; XLA's dots, the columns of ws passed, zeros after
-    y = jnp.concatenate([_xla_dot(x, w) for w in ws], axis=-1)
+    y = jnp.concatenate([linear.xla_dot(x, w.kernel, w.transposed) for w in ws], axis=-1)
     return jnp.pad(y, ((0, 0), (0, n_out - y.shape[-1])))
 
   out = jax.ShapeDtypeStruct((rows, n_out), jnp.float32)
