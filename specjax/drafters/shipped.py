@@ -11,7 +11,6 @@ import os
 
 SHIPPED = "shipped"
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shipped_heads")
-MANIFEST = os.path.join(ROOT, "MANIFEST.json")
 MAX_BYTES = 20 * 2**20
 SHAPE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "vocab_size")
 
@@ -21,11 +20,16 @@ def target_shape(config) -> dict:
   return {key: int(getattr(config, key)) for key in SHAPE_KEYS}
 
 
-def manifest() -> list[dict]:
+def manifest_path(root: str = ROOT) -> str:
+  return os.path.join(root, "MANIFEST.json")
+
+
+def manifest(root: str = ROOT) -> list[dict]:
   """The manifest's entries ([] when nothing ships)."""
-  if not os.path.isfile(MANIFEST):
+  path = manifest_path(root)
+  if not os.path.isfile(path):
     return []
-  with open(MANIFEST, encoding="utf-8") as f:
+  with open(path, encoding="utf-8") as f:
     return json.load(f)["drafters"]
 
 

@@ -18,6 +18,7 @@ from specjax.training.curves import write_curves
 from specjax.training.data import Corpus, build_corpus
 from specjax.training.recipes import layers_needed, make_objective
 from specjax.training.export import save_drafter
+from specjax.training.files import write_json
 from specjax.training.trainer import TrainConfig, train
 
 def _fields(cls, values) -> dict:
@@ -26,12 +27,6 @@ def _fields(cls, values) -> dict:
   if unknown:
     raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}")
   return dict(values)
-
-
-def _write_json(path: str, value: dict) -> None:
-  with open(path + ".partial", "w", encoding="utf-8") as f:
-    json.dump(value, f, indent=1)
-  os.replace(path + ".partial", path)
 
 
 def _acceptance(target, drafter, prompts, config) -> dict:
@@ -54,7 +49,7 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations,
       before = json.load(f)
   else:
     before = _acceptance(target, objective.drafter(objective.trainable), prompts, config)
-    _write_json(before_path, before)
+    write_json(before_path, before)
   timings["acceptance_before_s"] = time.perf_counter() - began
   began = time.perf_counter()
   run = {"settings": settings.to_dict(), "corpus": config.corpus.to_dict(), "model": config.model}
@@ -73,7 +68,7 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations,
              "train_steps": train_config.steps, "train_time_s": train_s, "drafter_dir": export_dir,
              "corpus_sequences": int(len(corpus.tokens)), "corpus_tokens": int(corpus.mask.sum()), "timings": timings,
              "teacher_forced_on_eval_prompts": on_prompts, **heldout}
-  _write_json(os.path.join(out, "metrics.json"), metrics)
+  write_json(os.path.join(out, "metrics.json"), metrics)
   write_curves(os.path.join(out, "metrics.jsonl"), os.path.join(out, "curves.png"),
                acceptance=(before["all"], after["all"], config.eval.k))
   return metrics
@@ -103,5 +98,5 @@ def run(config) -> dict:
   if len(kinds) == 1:
     summary.update({k: results[kinds[0]][k] for k in ("acceptance_before", "acceptance_after")})
   os.makedirs(config.output_dir, exist_ok=True)
-  _write_json(os.path.join(config.output_dir, "metrics.json"), summary)
+  write_json(os.path.join(config.output_dir, "metrics.json"), summary)
   return summary

@@ -2,15 +2,15 @@
 target it fits, the command that trained it, its size and the tokens per round measured on the shipped copy."""
 
 import datetime
-import json
 import os
 import shutil
 
 from specjax.drafters import registry
-from specjax.drafters.shipped import MAX_BYTES, directory_bytes, target_shape
+from specjax.drafters.shipped import MAX_BYTES, directory_bytes, manifest, manifest_path, target_shape
 from specjax.model import Model
 from specjax.training.acceptance import heldout_prompts, tokens_per_round
 from specjax.training.export import load_drafter, save_drafter
+from specjax.training.files import write_json
 
 
 def ship_drafter(drafter_dir: str, target: Model, model_name: str, command: str, root: str,
@@ -53,14 +53,5 @@ def ship_drafter(drafter_dir: str, target: Model, model_name: str, command: str,
 
 
 def _write_manifest(root: str, entry: dict) -> None:
-  path = os.path.join(root, "MANIFEST.json")
-  entries = []
-  if os.path.isfile(path):
-    with open(path, encoding="utf-8") as f:
-      entries = json.load(f)["drafters"]
-  entries = [e for e in entries if (e["model"], e["kind"]) != (entry["model"], entry["kind"])] + [entry]
-  partial = path + ".partial"
-  with open(partial, "w", encoding="utf-8") as f:
-    json.dump({"drafters": sorted(entries, key=lambda e: (e["model"], e["kind"]))}, f, indent=1)
-    f.write("\n")
-  os.replace(partial, path)
+  entries = [e for e in manifest(root) if (e["model"], e["kind"]) != (entry["model"], entry["kind"])] + [entry]
+  write_json(manifest_path(root), {"drafters": sorted(entries, key=lambda e: (e["model"], e["kind"]))})

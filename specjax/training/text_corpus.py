@@ -15,6 +15,7 @@ import time
 import tqdm
 
 from specjax.training import holdout, shards
+from specjax.training.files import write_json
 from specjax.training.sources import source
 
 READER_VERSION = 1
@@ -101,9 +102,7 @@ def build_source(name: str, plan: CorpusPlan, tokenizer, held_out: set, log=prin
            "documents": sum(s["documents"] for s in shards.existing_shards(directory)), "tokens": tokens,
            "budget": budget, "dropped_overlapping_benchmark": dropped, "seconds": round(seconds, 1),
            "tokens_per_minute": round(60 * (tokens - resumed_at) / max(seconds, 1e-9))}
-  with open(done_path + ".tmp", "w") as f:
-    json.dump(entry, f, indent=1)
-  os.replace(done_path + ".tmp", done_path)
+  write_json(done_path, entry)
   log(f"{name}: {entry['documents']} documents, {tokens:,} tokens ({src.kind}, {src.license}); "
       f"{dropped} dropped for overlapping the benchmark")
   return entry
@@ -123,7 +122,5 @@ def build(plan: CorpusPlan, tokenizer, log=print) -> dict:
               "seconds": round(time.perf_counter() - start, 1)}
   os.makedirs(plan.out_dir, exist_ok=True)
   path = os.path.join(plan.out_dir, "manifest.json")
-  with open(path + ".tmp", "w") as f:
-    json.dump(manifest, f, indent=1)
-  os.replace(path + ".tmp", path)
+  write_json(path, manifest)
   return manifest
