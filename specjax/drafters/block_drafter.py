@@ -37,20 +37,17 @@ class BlockDrafterConfig(FeatureHeadConfig):
 
   def __post_init__(self):
     super().__post_init__()
-    if self.n_layers < 1 or not 2 <= self.block_size <= self.max_seq_len:
-      raise ValueError(f"a BlockDrafter needs n_layers >= 1 and block_size in [2, max_seq_len {self.max_seq_len}], "
-                       f"got n_layers {self.n_layers}, block_size {self.block_size}")
+    if not 2 <= self.block_size <= self.max_seq_len:
+      raise ValueError(f"a BlockDrafter needs block_size in [2, max_seq_len {self.max_seq_len}], "
+                       f"got {self.block_size}")
 
   @classmethod
   def for_target(cls, target: ModelConfig, feature_layers=None, ffn_dim: int = 0, draft_vocab_size: int = 0,
                  n_layers: int = 2, block_size: int = 8):
     """Feature layers as FeatureHeadConfig's (low, middle, high; DFlash spreads one per draft layer over
     [1, n - 3]); attention shapes and RoPE the target's."""
-    config = super().for_target(target, feature_layers, ffn_dim, draft_vocab_size)
-    return dataclasses.replace(config, n_layers=n_layers, block_size=block_size)
-
-  def layer_config(self) -> ModelConfig:
-    return dataclasses.replace(super().layer_config(), n_layers=self.n_layers)
+    config = super().for_target(target, feature_layers, ffn_dim, draft_vocab_size, n_layers)
+    return dataclasses.replace(config, block_size=block_size)
 
 
 class BlockNet(nnx.Module):

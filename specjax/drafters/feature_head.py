@@ -1,4 +1,4 @@
-"""EAGLE-3 style feature head: one small decoder layer that drafts at the feature level.
+"""EAGLE-3 style feature head: a small decoder (one layer by default) that drafts at the feature level.
 
 Its input at position p is a fusion of the target's low, middle and high layer features at p - 1 with the
 embedding of token p; its output (after its own norm and the target's frozen head) is the distribution of token
@@ -38,25 +38,30 @@ class FeatureHeadConfig:
   rope_scaling: tuple = ()
   max_seq_len: int = 2048
   family: str = "llama"  # the target's model family: its block, norm and RoPE
+  n_layers: int = 1      # decoder layers (EAGLE-3 has one)
 
   def __post_init__(self):
     if not self.feature_layers:
       raise ValueError("FeatureHeadConfig.feature_layers must name at least one target layer")
+    if self.n_layers < 1:
+      raise ValueError(f"{type(self).__name__}.n_layers must be at least 1, got {self.n_layers}")
     object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
 
   @classmethod
-  def for_target(cls, target: ModelConfig, feature_layers=None, ffn_dim: int = 0, draft_vocab_size: int = 0):
+  def for_target(cls, target: ModelConfig, feature_layers=None, ffn_dim: int = 0, draft_vocab_size: int = 0,
+                 n_layers: int = 1):
     """Low, middle and high layers by default (2, n/2, n-3 as in EAGLE-3, clipped for shallow targets)."""
     layers = checked_feature_layers(target, feature_layers)
     return cls(d_model=target.d_model, n_heads=target.n_heads, n_kv_heads=target.n_kv_heads,
                ffn_dim=ffn_dim or target.ffn_dim, vocab_size=target.vocab_size,
                draft_vocab_size=draft_vocab_size or target.vocab_size, feature_layers=tuple(layers),
                rope_theta=target.rope_theta, norm_eps=target.norm_eps, head_dim=target.head_dim,
-               rope_scaling=target.rope_scaling, max_seq_len=target.max_seq_len, family=target.family)
+               rope_scaling=target.rope_scaling, max_seq_len=target.max_seq_len, family=target.family,
+               n_layers=n_layers)
 
   def layer_config(self) -> ModelConfig:
-    """The one decoder layer, as a 1-layer ModelConfig (float32: the head trains and drafts in float32)."""
-    return ModelConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=1, n_heads=self.n_heads,
+    """The decoder layers as a ModelConfig (float32: the head trains and drafts in float32)."""
+    return ModelConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
                        n_kv_heads=self.n_kv_heads, ffn_dim=self.ffn_dim, max_seq_len=self.max_seq_len,
                        rope_theta=self.rope_theta, norm_eps=self.norm_eps, head_dim=self.head_dim,
                        rope_scaling=self.rope_scaling, family=self.family)
@@ -91,8 +96,8 @@ def linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
 
 
 class FeatureNet(nnx.Module):
-  """Per-layer norms, fuse (L*D -> D), mix ([feature; embedding] -> D), one decoder block, output norm: the
-  norms and the block are the target family's.
+  """Per-layer norms, fuse (L*D -> D), mix ([feature; embedding] -> D), n_layers decoder blocks (`block`, then
+  `upper_blocks`: a one-layer head's files predate the option), output norm: norms and blocks the target family's.
 
   The per-layer norms matter: residual streams carry a few huge dimensions (hundreds, against an RMS of ~5-25 in
   SmolLM2), which a plain concatenation would let dominate; FeatureHead.create starts them at the scales the
@@ -107,11 +112,16 @@ class FeatureNet(nnx.Module):
     self.embed_norm = family.norm(d, eps, jnp.float32)
     self.mix = linear(2 * d, d, rngs)
     self.block = family.block(self.layer_config, rngs)
+    self.upper_blocks = nnx.List([family.block(self.layer_config, rngs) for _ in range(config.n_layers - 1)])
     self.out_norm = family.norm(d, eps, jnp.float32)
 
   @property
   def family(self):
     return get_family(self.layer_config.family)
+
+  @property
+  def blocks(self) -> list:
+    return [self.block, *self.upper_blocks]
 
   def fused(self, layers_BxTxLxD: jax.Array) -> jax.Array:
     return fuse_layers(self.layer_norms, self.fuse, layers_BxTxLxD)
@@ -124,20 +134,28 @@ class FeatureNet(nnx.Module):
     (a TreeLayout) positions_BxT are a token tree's slots: RoPE by depth, attention by ancestry."""
     rope_positions_BxT = positions_BxT if tree is None else tree.rope_positions(positions_BxT)
     cos, sin = self.family.rope_tables(self.layer_config, rope_positions_BxT)
-    return self.block(self._inputs(feature_BxTxD, embed_BxTxD), cos, sin, positions_BxT, cache, 0, tree)
+    x_BxTxD = self._inputs(feature_BxTxD, embed_BxTxD)
+    for index, block in enumerate(self.blocks):
+      x_BxTxD, cache = block(x_BxTxD, cos, sin, positions_BxT, cache, index, tree)
+    return x_BxTxD, cache
 
   def unrolled(self, feature_BxTxD, embeds_SxBxTxD) -> list[jax.Array]:
     """Training-time test: S draft steps for every chain p at once, exactly as `propose` runs them.
 
     Chain p starts at position p from the target feature of p - 1 (feature_BxTxD, already shifted) and token p;
     its step s sits at position p + s - 1, takes its step s - 1 output and token embeds_SxBxTxD[s - 1][:, p],
-    and attends to step-1 entries at positions <= p plus its own steps 2..s. Returns each step's outputs."""
+    and attends to step-1 entries at positions <= p plus its own steps 2..s, in every layer. Returns each step's
+    outputs."""
     batch, t_len, _ = feature_BxTxD.shape
-    feature, outs, keys, values = feature_BxTxD, [], [], []
+    blocks = self.blocks
+    feature, outs = feature_BxTxD, []
+    keys, values = [[] for _ in blocks], [[] for _ in blocks]   # per layer, per step
     for step, embed_BxTxD in enumerate(embeds_SxBxTxD):
       positions = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32) + step, (batch, t_len))
       cos, sin = self.family.rope_tables(self.layer_config, positions)
-      feature = self.family.chain_block(self.block, self._inputs(feature, embed_BxTxD), cos, sin, keys, values)
+      feature = self._inputs(feature, embed_BxTxD)
+      for index, block in enumerate(blocks):
+        feature = self.family.chain_block(block, feature, cos, sin, keys[index], values[index])
       outs.append(feature)
     return outs
 

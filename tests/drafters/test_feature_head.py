@@ -27,8 +27,10 @@ def test_exact(exactness_target, assert_exact, sampling, k, vocab_ids):
   assert 0.0 < stats.acceptance_rate < 1.0
 
 
-def test_greedy_is_autoregressive(exactness_target, assert_greedy_is_autoregressive):
-  assert_greedy_is_autoregressive(exactness_target, FeatureHead.create(exactness_target, seed=2), k=4)
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_greedy_is_autoregressive(exactness_target, assert_greedy_is_autoregressive, n_layers):
+  config = FeatureHeadConfig.for_target(exactness_target.config, n_layers=n_layers)
+  assert_greedy_is_autoregressive(exactness_target, FeatureHead.create(exactness_target, config, seed=2), k=4)
 
 
 def test_greedy_is_autoregressive_under_the_adaptive_policy(exactness_target, assert_greedy_is_autoregressive):
@@ -37,12 +39,13 @@ def test_greedy_is_autoregressive_under_the_adaptive_policy(exactness_target, as
   assert_greedy_is_autoregressive(exactness_target, FeatureHead.create(exactness_target, seed=2), k=policy)
 
 
-def test_training_forward_is_the_drafting_computation():
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_training_forward_is_the_drafting_computation(n_layers):
   """unrolled() at chain p = n - 1 gives the q that propose() drew each draft from (drafts fed back as tokens)."""
   config = specjax.ModelConfig(vocab_size=48, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, ffn_dim=64,
                                max_seq_len=128)
   target = specjax.init_model(config, seed=0)
-  head = FeatureHead.create(target, seed=3)
+  head = FeatureHead.create(target, FeatureHeadConfig.for_target(config, n_layers=n_layers), seed=3)
   params = head.params()
   n, k, size = 11, 4, 32
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 48, (2, size)), jnp.int32)
@@ -73,11 +76,15 @@ def test_static_identity_and_bad_layers(exactness_target):
     FeatureHeadConfig.for_target(exactness_target.config, feature_layers=(0, 5))
   with pytest.raises(ValueError, match="vocab_ids"):
     FeatureHead.create(exactness_target, FeatureHeadConfig.for_target(exactness_target.config, draft_vocab_size=4))
+  with pytest.raises(ValueError, match="n_layers must be at least 1"):
+    FeatureHeadConfig.for_target(exactness_target.config, n_layers=0)
 
 
-def test_state_after_rounds_equals_a_fresh_prefill(assert_state_is_a_fresh_prefill):
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_state_after_rounds_equals_a_fresh_prefill(assert_state_is_a_fresh_prefill, n_layers):
   """Rounds of any K (K = 0: observe) and any acceptance counts leave the state a fresh prefill would have."""
   config = specjax.ModelConfig(vocab_size=48, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, ffn_dim=64,
                                max_seq_len=128)
   target = specjax.init_model(config, seed=1)
-  assert_state_is_a_fresh_prefill(target, FeatureHead.create(target, seed=4))
+  head_config = FeatureHeadConfig.for_target(config, n_layers=n_layers)
+  assert_state_is_a_fresh_prefill(target, FeatureHead.create(target, head_config, seed=4))
