@@ -55,7 +55,7 @@ def _frequent(corpus: Corpus, target: Model, size: int) -> np.ndarray:
 
 def _feature_head_config(target: Model, settings, draft_vocab_size: int = 0) -> FeatureHeadConfig:
   return FeatureHeadConfig.for_target(target.config, tuple(settings.feature_layers), settings.ffn_dim, draft_vocab_size,
-                                      settings.get("n_layers", 1))
+                                      settings.get("n_layers", FeatureHeadConfig.n_layers))
 
 
 def _feature_head(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:

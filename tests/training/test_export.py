@@ -25,10 +25,10 @@ def _perturbed(objective):
   return objective.drafter(jax.tree.map(lambda x: x + 0.1 * jax.random.normal(key, x.shape), objective.trainable))
 
 
-@pytest.mark.parametrize("kind,n_layers", [("feature_head", 1), ("feature_head", 2), ("medusa", 0), ("layer_skip", 0),
-                                           ("block_drafter", 0)])
-def test_save_load_round_trip(peaked_target, tiny_corpus, tmp_path, kind, n_layers):
-  settings = ml_collections.ConfigDict(dict(SETTINGS[kind].to_dict(), n_layers=n_layers) if n_layers else SETTINGS[kind])
+@pytest.mark.parametrize("kind,overrides", [("feature_head", {}), ("feature_head", {"n_layers": 2}), ("medusa", {}),
+                                            ("layer_skip", {}), ("block_drafter", {})])
+def test_save_load_round_trip(peaked_target, tiny_corpus, tmp_path, kind, overrides):
+  settings = ml_collections.ConfigDict(dict(SETTINGS[kind].to_dict(), **overrides))
   drafter = _perturbed(make_objective(kind, peaked_target, settings, tiny_corpus))
   directory = save_drafter(drafter, str(tmp_path / kind))
   loaded = drafter_from_config(kind, peaked_target, directory)
