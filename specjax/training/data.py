@@ -1,11 +1,13 @@
 """The training corpus with the target's view of it: token sequences, the target's final hidden states (its
 distribution at every position, through its head) and residual streams of chosen layers, stored in float16 and
-cached on disk; and the deterministic batch order (a function of the step, so a resumed run sees the same data)."""
+cached on disk (the features memory-mapped, specjax.training.feature_store); and the deterministic batch order (a
+function of the step, so a resumed run sees the same data)."""
 
 import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import time
 
 import jax.numpy as jnp
@@ -16,6 +18,7 @@ from specjax.engine import features_program
 from specjax.model import Model
 from specjax.spec import TargetSpec
 from specjax.training.corpus import GENERATION_FIELDS, CorpusConfig, corpus_tokens, generated_tokens
+from specjax.training.feature_store import forward_rows, open_store, store_dir, stores_of, write_store
 from specjax.training.prompt_pool import training_prompts
 
 
@@ -23,8 +26,8 @@ from specjax.training.prompt_pool import training_prompts
 class Corpus:
   tokens: np.ndarray        # [N, T] int32
   mask: np.ndarray          # [N, T] bool, real tokens
-  hidden: np.ndarray        # [N, T, D] float16, the target's final-normed hidden states
-  layers: np.ndarray        # [N, T, L, D] float16, residual stream after each of layer_ids
+  hidden: np.ndarray        # [N, T, D] float16, the target's final-normed hidden states (or memory-mapped RowShards)
+  layers: np.ndarray        # [N, T, L, D] float16, residual stream after each of layer_ids (likewise)
   layer_ids: tuple
   heldout: np.ndarray       # [N] bool
   on_policy: np.ndarray     # [N] bool, text the target generated (else standard-library text)
@@ -56,21 +59,17 @@ def _target_forward(target: Model, tokens_BxT, layer_ids):
 
 
 def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_size: int = 8):
-  """The target over every sequence (teacher forcing): hidden [N, T, D] and layers [N, T, L, D], float16."""
-  n = len(tokens_NxT)
-  pad = -n % batch_size
-  tokens = np.concatenate([tokens_NxT, np.zeros((pad, tokens_NxT.shape[1]), np.int32)])
-  hidden, layers = [], []
+  """The target over every sequence (teacher forcing), in memory: hidden [N, T, D] and layers [N, T, L, D],
+  float16."""
   start_time = time.perf_counter()
-  for start in tqdm.trange(0, len(tokens), batch_size, desc="target features", leave=False):
-    h, l = _target_forward(target, jnp.asarray(tokens[start:start + batch_size]), layer_ids)
-    hidden.append(np.asarray(h))
-    layers.append(np.asarray(l))
+  with tqdm.tqdm(total=tokens_NxT.size, unit="tok", unit_scale=True, desc="target features", leave=False) as bar:
+    hidden, layers = forward_rows(lambda t: _target_forward(target, jnp.asarray(t), layer_ids), tokens_NxT,
+                                  batch_size, lambda n: bar.update(n * tokens_NxT.shape[1]))
   seconds = time.perf_counter() - start_time
-  per_minute = 60 * tokens.size / max(seconds, 1e-9)
-  print(f"target features: {tokens.size} tokens in {seconds:.0f} s ({per_minute:.0f} tokens a minute, batches of "
-        f"{batch_size} x {tokens.shape[1]})", flush=True)
-  return np.concatenate(hidden)[:n], np.concatenate(layers)[:n]
+  print(f"target features: {tokens_NxT.size} tokens in {seconds:.0f} s "
+        f"({60 * tokens_NxT.size / max(seconds, 1e-9):.0f} tokens a minute, batches of {batch_size} x "
+        f"{tokens_NxT.shape[1]})", flush=True)
+  return hidden, layers
 
 
 def target_fingerprint(target: Model) -> str:
@@ -100,18 +99,23 @@ def _key(*parts) -> str:
   return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, path: str) -> dict:
-  """The target pass, reused from `path` when the cached one holds every wanted layer (else redone with the
-  union of both layer sets, so alternating configs do not recompute each other's)."""
-  cached = _load(path) if path else None
-  if cached is not None and set(layer_ids) <= set(cached["layer_ids"].tolist()):
-    have = cached["layer_ids"].tolist()
-    return {"hidden": cached["hidden"], "layers": cached["layers"][:, :, [have.index(i) for i in layer_ids]]}
-  wanted = tuple(sorted(set(layer_ids) | set(cached["layer_ids"].tolist() if cached is not None else ())))
-  hidden, layers = target_pass(target, tokens_NxT, wanted)
-  if path:
-    _save(path, {"hidden": hidden, "layers": layers, "layer_ids": np.asarray(wanted, np.int32)})
-  return {"hidden": hidden, "layers": layers[:, :, [wanted.index(i) for i in layer_ids]]}
+def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, cache_dir: str, key: str) -> tuple:
+  """(layer ids held, hidden, layers): the target pass, memory-mapped from a whole store in `cache_dir` that holds
+  every wanted layer, else written there (resuming a partial one) with the union of the wanted layers and those of
+  the stores it then replaces, so alternating configs do not recompute each other's."""
+  if not cache_dir:
+    return (layer_ids, *target_pass(target, tokens_NxT, layer_ids))
+  whole = [(d, store) for d in stores_of(cache_dir, key) if (store := open_store(d)) is not None]
+  for _, (layout, hidden, layers) in whole:
+    if set(layer_ids) <= set(layout.layer_ids):
+      return layout.layer_ids, hidden, layers
+  wanted = tuple(sorted(set(layer_ids).union(*[store[0].layer_ids for _, store in whole])))
+  directory = store_dir(cache_dir, key, wanted)
+  write_store(directory, tokens_NxT, wanted, lambda t: _target_forward(target, jnp.asarray(t), wanted))
+  for superseded, _ in whole:
+    shutil.rmtree(superseded)
+  layout, hidden, layers = open_store(directory)
+  return layout.layer_ids, hidden, layers
 
 
 def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: str = "") -> Corpus:
@@ -131,14 +135,13 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
     text = corpus_tokens(target, config, generated)
   if tokens_path and not os.path.exists(tokens_path):
     _save(tokens_path, text)
-  features = _features(target, text["tokens"], layer_ids,
-                       os.path.join(cache_dir, f"features-{tokens_key}.npz") if cache_dir else "")
+  held_ids, hidden, layers = _features(target, text["tokens"], layer_ids, cache_dir, tokens_key)
   n = len(text["tokens"])
   order = np.random.default_rng(config.seed).permutation(n)
   heldout = np.zeros(n, bool)
   heldout[order[:int(round(n * config.heldout_fraction))]] = True
-  return Corpus(tokens=text["tokens"], mask=text["mask"].astype(bool), hidden=features["hidden"],
-                layers=features["layers"], layer_ids=layer_ids, heldout=heldout,
+  return Corpus(tokens=text["tokens"], mask=text["mask"].astype(bool), hidden=hidden, layers=layers,
+                layer_ids=tuple(held_ids), heldout=heldout,
                 on_policy=text["on_policy"].astype(bool))
 
 
