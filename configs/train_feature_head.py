@@ -51,4 +51,8 @@ def get_config():
   # and cross-entropy alone (docs/results.md section 32).
   c.block_drafter = dict(feature_layers=(), n_layers=2, ffn_dim=0, draft_vocab_size=8192, block_size=8, gamma=4.0,
                          anchors=64, ce_weight=1.0, kl_weight=1.0, train=dict(learning_rate=3e-3, batch_size=6))
+  # init_from: a saved drafter's directory (a training run's output_dir/<kind>/drafter) or "shipped" (the package's
+  # own); training goes on from it (its architecture and draft vocabulary; the kind's settings must match them).
+  for kind in ("feature_head", "medusa", "layer_skip", "draft_model", "block_drafter"):
+    c[kind].init_from = ""
   return c

@@ -5,6 +5,8 @@ corpus), and the target layers each kind's batches carry: one `Recipe` per kind,
 import dataclasses
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.drafters import registry
@@ -13,19 +15,21 @@ from specjax.drafters.draft_model import DraftModel
 from specjax.drafters.feature_head import FeatureHead, FeatureHeadConfig
 from specjax.drafters.layer_skip import LayerSkip, default_exit_layers
 from specjax.drafters.medusa import MedusaConfig, MedusaHeads
+from specjax.drafters.shipped import SHIPPED, shipped_directory
 from specjax.drafters.truncated import truncated_model
 from specjax.drafters.vocab_head import most_frequent_tokens, output_matrix
 from specjax.model import Model
 from specjax.training import objectives
 from specjax.training.corpus import text_token_counts
 from specjax.training.data import Corpus
+from specjax.training.export import load_drafter
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-  """`objective(target, settings, corpus, seed)`: the initial drafter and its objective (settings: the kind's config
-  section); `layers(target, settings)`: the target layers whose residual streams its batches carry (known before
-  the corpus exists)."""
+  """`objective(target, settings, corpus, seed, start=None)`: the initial drafter (`start` when given) and its
+  objective (settings: the kind's config section); `layers(target, settings)`: the target layers whose residual
+  streams its batches carry (known before the corpus exists)."""
 
   objective: Callable[..., objectives.Objective]
   layers: Callable[[Model, object], tuple] = lambda target, settings: ()
@@ -58,28 +62,32 @@ def _feature_head_config(target: Model, settings, draft_vocab_size: int = 0) -> 
                                       settings.get("n_layers", FeatureHeadConfig.n_layers))
 
 
-def _feature_head(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
-  vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
-  config = _feature_head_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
-  return objectives.feature_head_objective(FeatureHead.create(target, config, seed, vocab), settings.ttt_steps,
-                                           settings.step_decay, settings.feature_weight)
+def _feature_head(target: Model, settings, corpus: Corpus, seed: int, start=None) -> objectives.Objective:
+  if start is None:
+    vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+    config = _feature_head_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
+    start = FeatureHead.create(target, config, seed, vocab)
+  return objectives.feature_head_objective(start, settings.ttt_steps, settings.step_decay, settings.feature_weight)
 
 
-def _medusa(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
-  vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
-  config = MedusaConfig.for_target(target.config, settings.n_heads, settings.draft_vocab_size if vocab is not None else 0)
-  return objectives.medusa_objective(MedusaHeads.create(target, config, seed, vocab), settings.step_decay)
+def _medusa(target: Model, settings, corpus: Corpus, seed: int, start=None) -> objectives.Objective:
+  if start is None:
+    vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+    config = MedusaConfig.for_target(target.config, settings.n_heads,
+                                     settings.draft_vocab_size if vocab is not None else 0)
+    start = MedusaHeads.create(target, config, seed, vocab)
+  return objectives.medusa_objective(start, settings.step_decay)
 
 
-def _layer_skip(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
-  skip = LayerSkip.create(target, settings.n_layers, settings.adapter_rank, seed=seed)
+def _layer_skip(target: Model, settings, corpus: Corpus, seed: int, start=None) -> objectives.Objective:
+  skip = start if start is not None else LayerSkip.create(target, settings.n_layers, settings.adapter_rank, seed=seed)
   return objectives.layer_skip_objective(skip, _loss_vocab(corpus, target, settings.loss_vocab_size))
 
 
-def _draft_model(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
+def _draft_model(target: Model, settings, corpus: Corpus, seed: int, start=None) -> objectives.Objective:
   if not settings.init.startswith("truncate:"):
     raise ValueError(f"draft_model.init must be truncate:N (the target's first N layers), got {settings.init!r}")
-  draft = DraftModel(truncated_model(target, int(settings.init.split(":", 1)[1])))
+  draft = start if start is not None else DraftModel(truncated_model(target, int(settings.init.split(":", 1)[1])))
   return objectives.draft_model_objective(draft, output_matrix(target),
                                           _loss_vocab(corpus, target, settings.loss_vocab_size),
                                           settings.train_embeddings)
@@ -90,11 +98,13 @@ def _block_drafter_config(target: Model, settings, draft_vocab_size: int = 0) ->
                                        draft_vocab_size, settings.n_layers, settings.block_size)
 
 
-def _block_drafter(target: Model, settings, corpus: Corpus, seed: int) -> objectives.Objective:
-  vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
-  config = _block_drafter_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
-  return objectives.block_drafter_objective(BlockDrafter.create(target, config, seed, vocab), settings.anchors,
-                                            settings.gamma, settings.ce_weight, settings.kl_weight, seed)
+def _block_drafter(target: Model, settings, corpus: Corpus, seed: int, start=None) -> objectives.Objective:
+  if start is None:
+    vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
+    config = _block_drafter_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
+    start = BlockDrafter.create(target, config, seed, vocab)
+  return objectives.block_drafter_objective(start, settings.anchors, settings.gamma, settings.ce_weight,
+                                            settings.kl_weight, seed)
 
 
 FEATURE_HEAD = Recipe(_feature_head, lambda target, settings: _feature_head_config(target, settings).feature_layers)
@@ -112,5 +122,22 @@ def layers_needed(kind: str, target: Model, settings) -> tuple:
 
 
 def make_objective(kind: str, target: Model, settings, corpus: Corpus, seed: int = 0) -> objectives.Objective:
-  """The initial drafter of `kind` (settings: that kind's config section) and its objective."""
-  return registry.get(kind).training_recipe().objective(target, settings, corpus, seed)
+  """The initial drafter of `kind` (settings: that kind's config section) and its objective: a fresh one, or with
+  `settings.init_from` (a saved drafter's directory, or "shipped") that drafter, in float32, to train on."""
+  recipe = registry.get(kind).training_recipe()
+  fresh = recipe.objective(target, settings, corpus, seed)
+  init_from = settings.get("init_from", "")
+  if not init_from:
+    return fresh
+  directory = shipped_directory(kind, target.config) if init_from == SHIPPED else init_from
+  start = load_drafter(directory, target)
+  if registry.name_of(start) != kind:
+    raise ValueError(f"init_from {init_from!r} holds a {registry.name_of(start)} drafter, not a {kind}")
+  warm = recipe.objective(target, settings, corpus, seed, start)
+  shapes = [jax.tree.map(lambda x: (x.shape, x.dtype.kind), o.trainable) for o in (fresh, warm)]
+  if (fresh.layer_ids, jax.tree.structure(shapes[0])) != (warm.layer_ids, jax.tree.structure(shapes[1])) or \
+      jax.tree.leaves(shapes[0]) != jax.tree.leaves(shapes[1]):
+    raise ValueError(f"init_from {init_from!r} holds a {kind} of another shape or target layers than the "
+                     f"{kind} settings build ({warm.layer_ids} against {fresh.layer_ids}): make the settings match it")
+  as_float32 = lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
+  return dataclasses.replace(warm, trainable=jax.tree.map(as_float32, warm.trainable))
