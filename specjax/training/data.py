@@ -18,7 +18,8 @@ from specjax.engine import features_program
 from specjax.model import Model
 from specjax.spec import TargetSpec
 from specjax.training.corpus import GENERATION_FIELDS, CorpusConfig, corpus_tokens, generated_tokens
-from specjax.training.feature_store import forward_rows, open_store, store_dir, stores_of, write_store
+from specjax.training.feature_store import (forward_rows, open_store, report_rate, store_dir, stores_of,
+                                            write_store)
 from specjax.training.prompt_pool import training_prompts
 
 
@@ -65,10 +66,7 @@ def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_s
   with tqdm.tqdm(total=tokens_NxT.size, unit="tok", unit_scale=True, desc="target features", leave=False) as bar:
     hidden, layers = forward_rows(lambda t: _target_forward(target, jnp.asarray(t), layer_ids), tokens_NxT,
                                   batch_size, lambda n: bar.update(n * tokens_NxT.shape[1]))
-  seconds = time.perf_counter() - start_time
-  print(f"target features: {tokens_NxT.size} tokens in {seconds:.0f} s "
-        f"({60 * tokens_NxT.size / max(seconds, 1e-9):.0f} tokens a minute, batches of {batch_size} x "
-        f"{tokens_NxT.shape[1]})", flush=True)
+  report_rate(tokens_NxT.size, time.perf_counter() - start_time, batch_size, tokens_NxT.shape[1])
   return hidden, layers
 
 

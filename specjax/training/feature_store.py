@@ -11,6 +11,8 @@ import time
 import numpy as np
 import tqdm
 
+from specjax.training.files import write_json
+
 _META = "meta.json"
 
 
@@ -126,10 +128,7 @@ def write_store(directory: str, tokens_NxT: np.ndarray, layer_ids: tuple, forwar
   layout = found or layout
   os.makedirs(directory, exist_ok=True)
   if found is None:
-    meta = os.path.join(directory, _META)
-    with open(meta + ".partial", "w", encoding="utf-8") as f:
-      json.dump(dataclasses.asdict(layout), f)
-    os.replace(meta + ".partial", meta)
+    write_json(os.path.join(directory, _META), dataclasses.asdict(layout))
   first = whole_shards(directory, layout)
   todo = sum(b - a for a, b in map(layout.shard_range, range(first, layout.n_shards))) * layout.seq_len
   bar = tqdm.tqdm(total=todo, unit="tok", unit_scale=True, desc="target features", disable=not todo)
@@ -143,10 +142,14 @@ def write_store(directory: str, tokens_NxT: np.ndarray, layer_ids: tuple, forwar
     _save_npy(hidden_path, hidden)
   bar.close()
   if todo:
-    seconds = time.perf_counter() - began
-    print(f"target features: {todo} tokens in {seconds:.0f} s ({60 * todo / max(seconds, 1e-9):.0f} tokens a minute, "
-          f"batches of {batch_size} x {layout.seq_len}, shards {first}-{layout.n_shards - 1} of {directory})",
-          flush=True)
+    report_rate(todo, time.perf_counter() - began, batch_size, layout.seq_len,
+                f", shards {first}-{layout.n_shards - 1} of {directory}")
+
+
+def report_rate(tokens: int, seconds: float, batch_size: int, seq_len: int, where: str = "") -> None:
+  """Prints the feature pass's tokens a minute (the figure issue 21's corpus target is stated in)."""
+  print(f"target features: {tokens} tokens in {seconds:.0f} s ({60 * tokens / max(seconds, 1e-9):.0f} tokens a "
+        f"minute, batches of {batch_size} x {seq_len}{where})", flush=True)
 
 
 def stores_of(cache_dir: str, key: str) -> list[str]:
