@@ -18,8 +18,8 @@ from specjax.engine import features_program
 from specjax.model import Model
 from specjax.spec import TargetSpec
 from specjax.training.corpus import GENERATION_FIELDS, CorpusConfig, corpus_tokens, generated_tokens
-from specjax.training.feature_store import (forward_rows, open_store, report_rate, store_dir, stores_of,
-                                            write_store)
+from specjax.training.feature_store import (Donor, forward_rows, open_store, read_layout, report_rate, store_dir,
+                                            store_key, stores_of, write_store)
 from specjax.training.prompt_pool import training_prompts
 
 
@@ -36,6 +36,12 @@ class Corpus:
   @property
   def train_rows(self) -> np.ndarray:
     return np.flatnonzero(~self.heldout)
+
+  def epoch_rows(self, on_policy_repeats: int = 1) -> np.ndarray:
+    """The training rows one epoch reads, each on-policy row `on_policy_repeats` times (the target's own answers
+    weighted up against the text)."""
+    rows = self.train_rows
+    return np.concatenate([rows] + [rows[self.on_policy[rows]]] * (on_policy_repeats - 1))
 
   @property
   def heldout_rows(self) -> np.ndarray:
@@ -97,21 +103,45 @@ def _key(*parts) -> str:
   return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def target_digest(target: Model) -> str:
+  return hashlib.sha256(target_fingerprint(target).encode()).hexdigest()[:16]
+
+
+def _donors(cache_dir: str, key: str, layer_ids: tuple, digest: str, seq_len: int) -> list:
+  """The whole stores of other token sets in `cache_dir` made by this target with every layer wanted: rows they
+  share with the new set are copied, not computed again."""
+  donors = []
+  for directory in stores_of(cache_dir, "*"):
+    layout = read_layout(directory)
+    tokens_path = os.path.join(cache_dir, f"tokens-{store_key(directory)}.npz")
+    if (store_key(directory) == key or layout is None or layout.target != digest or layout.seq_len != seq_len
+        or not set(layer_ids) <= set(layout.layer_ids) or not os.path.exists(tokens_path)):
+      continue
+    store = open_store(directory)
+    if store is not None:
+      donors.append(Donor(_load(tokens_path)["tokens"], *store))
+  return donors
+
+
 def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, cache_dir: str, key: str) -> tuple:
   """(layer ids held, hidden, layers): the target pass, memory-mapped from a whole store in `cache_dir` that holds
-  every wanted layer, else written there (resuming a partial one) with the union of the wanted layers and those of
-  the stores it then replaces, so alternating configs do not recompute each other's."""
+  every wanted layer, else written there (resuming a partial one, copying the rows other stores of this target
+  hold) with the union of the wanted layers and those of the stores it then replaces, so alternating configs do not
+  recompute each other's."""
   if not cache_dir:
     return (layer_ids, *target_pass(target, tokens_NxT, layer_ids))
-  whole = [(d, store) for d in stores_of(cache_dir, key) if (store := open_store(d)) is not None]
-  for _, (layout, hidden, layers) in whole:
-    if set(layer_ids) <= set(layout.layer_ids):
-      return layout.layer_ids, hidden, layers
-  wanted = tuple(sorted(set(layer_ids).union(*[store[0].layer_ids for _, store in whole])))
+  mine = [(d, read_layout(d), open_store(d)) for d in stores_of(cache_dir, key)]
+  for _, layout, store in mine:
+    if store is not None and set(layer_ids) <= set(layout.layer_ids):
+      return layout.layer_ids, store[1], store[2]
+  wanted = tuple(sorted(set(layer_ids).union(*[layout.layer_ids for _, layout, _ in mine if layout is not None])))
   directory = store_dir(cache_dir, key, wanted)
-  write_store(directory, tokens_NxT, wanted, lambda t: _target_forward(target, jnp.asarray(t), wanted))
-  for superseded, _ in whole:
-    shutil.rmtree(superseded)
+  digest = target_digest(target)
+  write_store(directory, tokens_NxT, wanted, lambda t: _target_forward(target, jnp.asarray(t), wanted),
+              target=digest, donors=_donors(cache_dir, key, wanted, digest, tokens_NxT.shape[1]))
+  for superseded, _, _ in mine:
+    if superseded != directory:
+      shutil.rmtree(superseded)
   layout, hidden, layers = open_store(directory)
   return layout.layer_ids, hidden, layers
 

@@ -1,6 +1,7 @@
 """The target's features on disk as row shards of `.npy` files, read memory-mapped: a corpus larger than memory
-trains from it (a batch reads only its own rows), the pass that writes it holds one shard at a time, and a pass that
-stops resumes after its last whole shard."""
+trains from it (a batch reads only its own rows), the pass that writes it holds one shard at a time, a pass that
+stops resumes after its last whole shard, and rows another store of the same target already holds are copied from
+it instead of computed again."""
 
 import dataclasses
 import glob
@@ -19,11 +20,12 @@ _META = "meta.json"
 @dataclasses.dataclass(frozen=True)
 class StoreLayout:
   """What a store holds: `rows` sequences of `seq_len` tokens, the residual streams of `layer_ids`, in shards of
-  `shard_rows` rows."""
+  `shard_rows` rows, made by the target `target` names (a digest; "" for a store that does not say)."""
   rows: int
   seq_len: int
   layer_ids: tuple
   shard_rows: int
+  target: str = ""
 
   @property
   def n_shards(self) -> int:
@@ -81,7 +83,7 @@ def read_layout(directory: str) -> StoreLayout | None:
   with open(path, encoding="utf-8") as f:
     meta = json.load(f)
   return StoreLayout(rows=meta["rows"], seq_len=meta["seq_len"], layer_ids=tuple(meta["layer_ids"]),
-                     shard_rows=meta["shard_rows"])
+                     shard_rows=meta["shard_rows"], target=meta.get("target", ""))
 
 
 def whole_shards(directory: str, layout: StoreLayout) -> int:
@@ -116,34 +118,83 @@ def forward_rows(forward, tokens_NxT: np.ndarray, batch_size: int, done=lambda n
   return np.concatenate(hidden)[:n], np.concatenate(layers)[:n]
 
 
+@dataclasses.dataclass(frozen=True)
+class Donor:
+  """A whole store and the token rows it was made from: a new store of the same target copies the rows they share."""
+  tokens_NxT: np.ndarray
+  layout: StoreLayout
+  hidden: RowShards
+  layers: RowShards
+
+
+def _row_sources(donors, layout: StoreLayout) -> dict:
+  """{token row as bytes: (donor, row)} over the donors that can give rows to a store of `layout`."""
+  sources = {}
+  for donor in donors:
+    usable = (layout.target and donor.layout.target == layout.target and donor.layout.seq_len == layout.seq_len
+              and set(layout.layer_ids) <= set(donor.layout.layer_ids))
+    if not usable:
+      raise ValueError(f"a donor store of {donor.layout} cannot give rows to one of {layout}")
+    for row, tokens in enumerate(np.ascontiguousarray(donor.tokens_NxT, np.int32)):
+      sources.setdefault(tokens.tobytes(), (donor, row))
+  return sources
+
+
+def _copy_rows(found: list, layer_ids: tuple) -> tuple:
+  """(hidden, layers) of rows found in donors, `found` a list of (donor, row), layers in `layer_ids`' order."""
+  hidden, layers = [], []
+  for donor, row in found:
+    index = [donor.layout.layer_ids.index(i) for i in layer_ids]
+    hidden.append(donor.hidden[np.array([row])])
+    layers.append(donor.layers[np.array([row])][:, :, index])
+  return np.concatenate(hidden), np.concatenate(layers)
+
+
 def write_store(directory: str, tokens_NxT: np.ndarray, layer_ids: tuple, forward, shard_rows: int = 512,
-                batch_size: int = 8) -> None:
+                batch_size: int = 8, target: str = "", donors=()) -> None:
   """Runs `forward(tokens_BxT) -> (hidden, layers)` (float16 arrays) over every row in batches of `batch_size`,
-  writing shards of `shard_rows` rows; resumes a store begun with the same rows and layers."""
+  writing shards of `shard_rows` rows; resumes a store begun with the same rows and layers. A row some `donors`
+  store (made by the same `target`) holds is copied from it, not computed."""
   layout = StoreLayout(rows=len(tokens_NxT), seq_len=int(tokens_NxT.shape[1]),
-                       layer_ids=tuple(int(i) for i in layer_ids), shard_rows=int(shard_rows))
-  found = read_layout(directory)
-  if found is not None and dataclasses.replace(found, shard_rows=shard_rows) != layout:
-    raise ValueError(f"{directory} holds features of {found}, not of {layout}: remove it or use another directory")
-  layout = found or layout
+                       layer_ids=tuple(int(i) for i in layer_ids), shard_rows=int(shard_rows), target=target)
+  existing = read_layout(directory)
+  if existing is not None and dataclasses.replace(existing, shard_rows=shard_rows) != layout:
+    raise ValueError(f"{directory} holds features of {existing}, not of {layout}: remove it or use another directory")
+  layout = existing or layout
   os.makedirs(directory, exist_ok=True)
-  if found is None:
+  if existing is None:
     write_json(os.path.join(directory, _META), dataclasses.asdict(layout))
+  sources = _row_sources(donors, layout)
   first = whole_shards(directory, layout)
-  todo = sum(b - a for a, b in map(layout.shard_range, range(first, layout.n_shards))) * layout.seq_len
+  shard_tokens = lambda i: np.ascontiguousarray(tokens_NxT[slice(*layout.shard_range(i))], np.int32)
+  pending = [(i, [sources.get(row.tobytes()) for row in shard_tokens(i)]) for i in range(first, layout.n_shards)]
+  todo = sum(found.count(None) for _, found in pending) * layout.seq_len
   bar = tqdm.tqdm(total=todo, unit="tok", unit_scale=True, desc="target features", disable=not todo)
   began = time.perf_counter()
-  for index in range(first, layout.n_shards):
-    start, stop = layout.shard_range(index)
-    hidden, layers = forward_rows(forward, tokens_NxT[start:stop], batch_size,
-                                  lambda n: bar.update(n * layout.seq_len))
+  for index, found in pending:
+    start, _ = layout.shard_range(index)
+    missing = [i for i, f in enumerate(found) if f is None]
+    copied = [i for i, f in enumerate(found) if f is not None]
+    parts = []
+    if missing:
+      parts.append((missing, forward_rows(forward, tokens_NxT[start + np.array(missing)], batch_size,
+                                          lambda n: bar.update(n * layout.seq_len))))
+    if copied:
+      parts.append((copied, _copy_rows([found[i] for i in copied], layout.layer_ids)))
+    hidden = np.empty((len(found),) + parts[0][1][0].shape[1:], parts[0][1][0].dtype)
+    layers = np.empty((len(found),) + parts[0][1][1].shape[1:], parts[0][1][1].dtype)
+    for rows, (part_hidden, part_layers) in parts:
+      hidden[rows], layers[rows] = part_hidden, part_layers
     layers_path, hidden_path = _shard_paths(directory, index)
     _save_npy(layers_path, layers)
     _save_npy(hidden_path, hidden)
   bar.close()
+  copied_rows = sum(len(found) - found.count(None) for _, found in pending)
   if todo:
     report_rate(todo, time.perf_counter() - began, batch_size, layout.seq_len,
                 f", shards {first}-{layout.n_shards - 1} of {directory}")
+  if copied_rows:
+    print(f"target features: {copied_rows} rows copied from stores that held them", flush=True)
 
 
 def report_rate(tokens: int, seconds: float, batch_size: int, seq_len: int, where: str = "") -> None:
@@ -155,6 +206,11 @@ def report_rate(tokens: int, seconds: float, batch_size: int, seq_len: int, wher
 def stores_of(cache_dir: str, key: str) -> list[str]:
   """The feature store directories made for token set `key`, whole or not."""
   return sorted(d for d in glob.glob(os.path.join(cache_dir, f"features-{key}-layers-*")) if os.path.isdir(d))
+
+
+def store_key(directory: str) -> str:
+  """The token-set key a store directory was named for (`store_dir`'s inverse)."""
+  return os.path.basename(directory)[len("features-"):].rsplit("-layers-", 1)[0]
 
 
 def store_dir(cache_dir: str, key: str, layer_ids: tuple) -> str:

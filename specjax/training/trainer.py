@@ -32,6 +32,11 @@ class TrainConfig:
   keep_checkpoints: int = 2
   log_every: int = 10
   eval_every: int = 0          # held-out loss every N steps (0: before and after only)
+  on_policy_repeats: int = 1   # each on-policy training row (the target's own answers) comes this often an epoch
+
+  def __post_init__(self):
+    if self.on_policy_repeats < 1:
+      raise ValueError(f"on_policy_repeats must be >= 1, got {self.on_policy_repeats}")
 
 
 def schedule(config: TrainConfig) -> optax.Schedule:
@@ -107,8 +112,9 @@ def train(objective: Objective, corpus: Corpus, config: TrainConfig, output_dir:
   end = config.steps if stop_after is None else min(stop_after, config.steps)
   bar = tqdm.tqdm(range(start, end), initial=start, total=config.steps, desc=objective.kind, disable=not progress)
   began = time.perf_counter()
+  rows = corpus.epoch_rows(config.on_policy_repeats)
   for step in bar:
-    batch = corpus.batch(step_rows(corpus.train_rows, config.batch_size, step, config.seed), objective.layer_ids)
+    batch = corpus.batch(step_rows(rows, config.batch_size, step, config.seed), objective.layer_ids)
     state, metrics = step_fn(state, objective.frozen, batch)
     done = step + 1
     if done % config.log_every == 0 or done == config.steps:

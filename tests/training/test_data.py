@@ -4,6 +4,7 @@ so a config that changes only the other text reuses it."""
 import dataclasses
 
 import numpy as np
+import pytest
 
 from specjax.training import corpus as corpus_module
 from specjax.training.data import build_corpus
@@ -35,3 +36,18 @@ def test_a_generation_setting_regenerates(peaked_target, tiny_corpus_config, tmp
   build_corpus(peaked_target, dataclasses.replace(corpus, max_new_tokens=corpus.max_new_tokens - 4), layer_ids=(1,),
                cache_dir=str(tmp_path))
   assert calls == [1]
+
+
+def test_on_policy_rows_weighted_up_come_that_often_an_epoch(tiny_corpus):
+  from specjax.training.data import step_rows
+  from specjax.training.trainer import TrainConfig
+  rows = tiny_corpus.epoch_rows(3)
+  train, on_policy = tiny_corpus.train_rows, tiny_corpus.train_rows[tiny_corpus.on_policy[tiny_corpus.train_rows]]
+  assert 0 < len(on_policy) < len(train) and len(rows) == len(train) + 2 * len(on_policy)
+  epoch = np.concatenate([step_rows(rows, 1, step, seed=0) for step in range(len(rows))])
+  counts = np.bincount(epoch, minlength=len(tiny_corpus.tokens))
+  assert (counts[on_policy] == 3).all() and (counts[np.setdiff1d(train, on_policy)] == 1).all()
+  assert counts[tiny_corpus.heldout_rows].sum() == 0
+  np.testing.assert_array_equal(tiny_corpus.epoch_rows(), train)
+  with pytest.raises(ValueError, match="on_policy_repeats must be >= 1"):
+    TrainConfig(on_policy_repeats=0)
