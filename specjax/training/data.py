@@ -114,8 +114,8 @@ def _donors(cache_dir: str, key: str, layer_ids: tuple, digest: str, seq_len: in
   for directory in stores_of(cache_dir, "*"):
     layout = read_layout(directory)
     tokens_path = os.path.join(cache_dir, f"tokens-{store_key(directory)}.npz")
-    if (store_key(directory) == key or layout is None or layout.target != digest or layout.seq_len != seq_len
-        or not set(layer_ids) <= set(layout.layer_ids) or not os.path.exists(tokens_path)):
+    if (store_key(directory) == key or layout is None or not layout.gives_rows_to(digest, seq_len, layer_ids)
+        or not os.path.exists(tokens_path)):
       continue
     store = open_store(directory)
     if store is not None:

@@ -27,6 +27,10 @@ class StoreLayout:
   shard_rows: int
   target: str = ""
 
+  def gives_rows_to(self, target: str, seq_len: int, layer_ids) -> bool:
+    """Whether this store's rows can be copied into a store of `target` (a named one) with these rows and layers."""
+    return bool(target) and self.target == target and self.seq_len == seq_len and set(layer_ids) <= set(self.layer_ids)
+
   @property
   def n_shards(self) -> int:
     return -(-self.rows // self.shard_rows)
@@ -131,9 +135,7 @@ def _row_sources(donors, layout: StoreLayout) -> dict:
   """{token row as bytes: (donor, row)} over the donors that can give rows to a store of `layout`."""
   sources = {}
   for donor in donors:
-    usable = (layout.target and donor.layout.target == layout.target and donor.layout.seq_len == layout.seq_len
-              and set(layout.layer_ids) <= set(donor.layout.layer_ids))
-    if not usable:
+    if not donor.layout.gives_rows_to(layout.target, layout.seq_len, layout.layer_ids):
       raise ValueError(f"a donor store of {donor.layout} cannot give rows to one of {layout}")
     for row, tokens in enumerate(np.ascontiguousarray(donor.tokens_NxT, np.int32)):
       sources.setdefault(tokens.tobytes(), (donor, row))
