@@ -1,6 +1,7 @@
 """Token trees beside chains on SmolLM2-135M (issue 19): the feature head shipped in the package, trained Medusa
-heads, the q4 self-draft and prompt lookup, each at K=4 and with a DynamicTree of 16 nodes (depth 4, top-4), greedy,
-batch 1, every category, paired with autoregressive calls; the paired cost of verifying 16 tree nodes.
+heads, the q4 self-draft and prompt lookup, each at K=4 and with a DynamicTree of 16 nodes (up to 8 deep, top-4;
+Medusa's 4 heads grow it 4 deep), greedy, batch 1, every category, paired with autoregressive calls; the paired
+cost of verifying 16 tree nodes.
 
   python scripts/train_draft.py --config=configs/train_medusa.py --config.output_dir=results/train/heads \
       --config.train.steps=150 --config.train.warmup_steps=15
@@ -23,7 +24,7 @@ def get_config():
   c.phase_split_batch_sizes = (1,)
   c.phase_split_methods = ("ar",)
   c.tree_nodes = (16,)
-  c.tree_depth = 4            # Medusa has 4 heads: trees 4 deep
+  c.tree_depth = 8            # a drafter that drafts fewer levels (Medusa: its 4 heads) grows its tree that deep
   c.tree_top_k = 4
   c.tree_branching = "top_k"  # greedy: the same trees either way; top_k ranks by the draft's own logits
   c.prompts_per_category = 2

@@ -25,7 +25,9 @@ def get_config():
   c.corpus = dict(n_prompts=400, max_new_tokens=112, generate_batch=50, temperature=0.0, stdlib_sequences=64,
                   seq_len=176, heldout_fraction=0.1, seed=0,
                   # sequences from the packaged text corpus (scripts/build_corpus.py), e.g. text_sequences=4000
-                  text_corpus="data/corpus", text_sequences=0)
+                  text_corpus="data/corpus", text_sequences=0,
+                  # the target's answers to passage + instruction prompts (long-context style), e.g. 480
+                  passage_prompts=0)
   # Shared optimisation settings; each drafter's own `train` entry below overrides them for that drafter.
   # on_policy_repeats: each of the target's own answers comes this many times an epoch (weighted up against text).
   c.train = dict(steps=300, batch_size=4, learning_rate=1e-3, warmup_steps=30, end_lr_fraction=0.1,

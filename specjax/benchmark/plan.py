@@ -189,8 +189,8 @@ def plan(c: dict, max_k: dict | None = None, max_tree_depth: dict | None = None)
   first batch size and over batch sizes at the first K ('axes'), or at the first K and batch size only, the first
   drafter method also at the last K and last batch size together ('smoke': every code path, fewest compilations);
   the adaptive K ("auto") at every batch size ('grid') or at the first; the token trees of config.tree_nodes at the
-  first batch size, for each tree method. K above a method's max_k (e.g. Medusa's head count) is skipped, and so
-  is a tree deeper than it."""
+  first batch size, for each tree method. K above a method's max_k (e.g. Medusa's head count) is skipped; a
+  dynamic tree deeper than a method drafts is grown only that deep, a static one skipped."""
   sweep, first_b = c["sweep"], c["batch_sizes"][0]
   first_k, last = (c["ks"][0], (c["ks"][-1], c["batch_sizes"][-1])) if c["ks"] else (None, None)
   cells = []
@@ -207,6 +207,21 @@ def plan(c: dict, max_k: dict | None = None, max_tree_depth: dict | None = None)
       if c["auto_ks"] and (sweep == "grid" or batch == first_b):
         cells.append(Cell(method, AUTO, batch, temp))
       if batch == first_b and method in c.get("tree_methods", ()):
-        cells.extend(Cell(method, tree_key(tree.n_nodes), batch, temp, tree) for tree in c.get("trees", ())
-                     if tree.max_depth <= ((max_tree_depth or {}).get(method) or MAX_K))
+        deepest = (max_tree_depth or {}).get(method) or MAX_K
+        cells.extend(Cell(method, tree_key(t.n_nodes), batch, temp, t)
+                     for t in (_within(tree, deepest) for tree in c.get("trees", ())) if t is not None)
   return cells
+
+
+def _within(tree, deepest: int):
+  """`tree` for a drafter that drafts at most `deepest` levels: a dynamic tree grown that deep, a static tree as
+  it is or None (skipped) when it is deeper."""
+  from specjax.trees import DynamicTree
+  if tree.max_depth <= deepest:
+    return tree
+  if isinstance(tree, DynamicTree):
+    try:
+      return dataclasses.replace(tree, depth=deepest)
+    except ValueError:   # too few proposals at that depth for its nodes
+      return None
+  return None

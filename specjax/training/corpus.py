@@ -34,13 +34,16 @@ class CorpusConfig:
   seed: int = 0
   text_corpus: str = ""            # a `scripts/build_corpus.py` output directory (its manifest.json) ...
   text_sequences: int = 0          # ... and how many seq_len-token sequences to take from it, spread over its kinds
+  passage_prompts: int = 0         # on-policy answers to passage + instruction prompts (`specjax.training.passages`)
 
 
 def on_policy_ids(target: Model, prompts: list[str], config: CorpusConfig) -> list[list[int]]:
-  """prompt + the target's own continuation, token ids per prompt (chat template when there is a tokenizer)."""
+  """prompt + the target's own continuation, token ids per prompt (chat template when there is a tokenizer; without
+  one, bytes, of which a prompt too long for the target's context with the answer keeps its end)."""
   chat = target.tokenizer is not None
   if not chat:
-    prompts = [byte_ids(p, target.config.vocab_size, 0) for p in prompts]
+    room = max(target.config.max_seq_len - config.max_new_tokens, 1)
+    prompts = [byte_ids(p, target.config.vocab_size, 0)[-room:] for p in prompts]
   sequences = []
   sampling = SamplingParams(temperature=config.temperature)
   for start in tqdm.trange(0, len(prompts), config.generate_batch, desc="on-policy text", leave=False):
@@ -139,20 +142,32 @@ def text_corpus_sequences(directory: str, n: int, seq_len: int, seed: int) -> li
 GENERATION_FIELDS = ("n_prompts", "max_new_tokens", "generate_batch", "temperature", "seed", "seq_len")
 
 
-def generated_tokens(target: Model, config: CorpusConfig) -> dict:
-  """{"tokens", "mask"} of the on-policy sequences alone, packed to seq_len."""
+def pool_prompts(config: CorpusConfig) -> list[str]:
+  """The first n_prompts of the training prompt pool."""
   prompts = training_prompts()
   if config.n_prompts > len(prompts):
     raise ValueError(f"n_prompts={config.n_prompts} but the training prompt pool has {len(prompts)} prompts")
-  sequences = on_policy_ids(target, prompts[:config.n_prompts], config) if config.n_prompts else []
+  return prompts[:config.n_prompts]
+
+
+def generated_tokens(target: Model, config: CorpusConfig, prompts: list[str] | None = None) -> dict:
+  """{"tokens", "mask"} of the target's answers to `prompts` (default: `pool_prompts`) alone, packed to seq_len."""
+  prompts = pool_prompts(config) if prompts is None else prompts
+  sequences = on_policy_ids(target, prompts, config) if prompts else []
   tokens, mask = pack(sequences, config.seq_len)
   return {"tokens": tokens, "mask": mask}
 
 
-def corpus_tokens(target: Model, config: CorpusConfig, generated: dict | None = None) -> dict:
-  """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, then standard library, then the
-  text corpus); `generated` is `generated_tokens`' output when it was made before."""
+def corpus_tokens(target: Model, config: CorpusConfig, generated: dict | None = None, passages: dict | None = None
+                  ) -> dict:
+  """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first: the pool's answers, then the
+  passages'; then standard library, then the text corpus); `generated` and `passages` are `generated_tokens`'
+  outputs for the pool and for `passage_prompts` when they were made before."""
   generated = generated_tokens(target, config) if generated is None else generated
+  if config.passage_prompts:
+    from specjax.training.passages import passage_prompts  # passages.py reads this module's docstrings
+    passages = passages or generated_tokens(target, config, passage_prompts(config.passage_prompts, config.seed))
+    generated = {name: np.concatenate([generated[name], passages[name]]) for name in ("tokens", "mask")}
   library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
   if config.text_sequences:
     library += text_corpus_sequences(config.text_corpus, config.text_sequences, config.seq_len, config.seed)

@@ -17,10 +17,10 @@ import tqdm
 from specjax.engine import features_program
 from specjax.model import Model
 from specjax.spec import TargetSpec
-from specjax.training.corpus import GENERATION_FIELDS, CorpusConfig, corpus_tokens, generated_tokens
+from specjax.training.corpus import GENERATION_FIELDS, CorpusConfig, corpus_tokens, generated_tokens, pool_prompts
 from specjax.training.feature_store import (Donor, forward_rows, open_store, read_layout, report_rate, store_dir,
                                             store_key, stores_of, write_store)
-from specjax.training.prompt_pool import training_prompts
+from specjax.training.passages import passage_prompts
 
 
 @dataclasses.dataclass
@@ -146,21 +146,32 @@ def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, cache_dir
   return layout.layer_ids, hidden, layers
 
 
+def _generation(target: Model, config: CorpusConfig, name: str, prompts: list[str], cache_dir: str) -> dict:
+  """The target's answers to `prompts` (`generated_tokens`), from `cache_dir`/{name}-{key}.npz when made before."""
+  key = _key(target_fingerprint(target), {f: getattr(config, f) for f in GENERATION_FIELDS if f != "n_prompts"}
+             | ({"n_prompts": config.n_prompts} if name == "generated" else {}), prompts)
+  path = os.path.join(cache_dir, f"{name}-{key}.npz") if cache_dir else ""
+  made = (_load(path) if path else None) or generated_tokens(target, config, prompts)
+  if path and not os.path.exists(path):
+    _save(path, made)
+  return made
+
+
 def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: str = "") -> Corpus:
   """The corpus for `target`, from `cache_dir` when it was made before (the generated text, the whole token set and
   the target's features are cached apart: a config that changes only the other text does not regenerate)."""
   layer_ids = tuple(sorted(set(layer_ids)))
-  tokens_key = _key(target_fingerprint(target), dataclasses.asdict(config), training_prompts()[:config.n_prompts])
+  fields = dataclasses.asdict(config)
+  if not config.passage_prompts:  # a field added later keys the cache only when set: older caches stay valid
+    del fields["passage_prompts"]
+  tokens_key = _key(target_fingerprint(target), fields, pool_prompts(config))
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
   text = _load(tokens_path) if tokens_path else None
   if text is None:
-    generated_key = _key(target_fingerprint(target), {f: getattr(config, f) for f in GENERATION_FIELDS},
-                         training_prompts()[:config.n_prompts])
-    generated_path = os.path.join(cache_dir, f"generated-{generated_key}.npz") if cache_dir else ""
-    generated = (_load(generated_path) if generated_path else None) or generated_tokens(target, config)
-    if generated_path and not os.path.exists(generated_path):
-      _save(generated_path, generated)
-    text = corpus_tokens(target, config, generated)
+    generated = _generation(target, config, "generated", pool_prompts(config), cache_dir)
+    passages = (_generation(target, config, "passages", passage_prompts(config.passage_prompts, config.seed),
+                            cache_dir) if config.passage_prompts else None)
+    text = corpus_tokens(target, config, generated, passages)
   if tokens_path and not os.path.exists(tokens_path):
     _save(tokens_path, text)
   held_ids, hidden, layers = _features(target, text["tokens"], layer_ids, cache_dir, tokens_key)

@@ -44,6 +44,20 @@ def test_k_above_a_methods_max_k_is_skipped():
   assert max(x.k for x in cells if x.method == "draft_model" and x.k != "auto") == 8
 
 
+def test_a_dynamic_tree_is_grown_as_deep_as_each_drafter_goes_and_a_deeper_static_tree_skipped():
+  from configs import bench_trees
+  from specjax.trees import DynamicTree
+  c = bench_trees.get_config()
+  c.methods = ("ar", "medusa", "feature_head")
+  c.drafter_dirs.medusa = c.drafter_dirs.feature_head = "untrained"
+  c.tree_depth = 8
+  trees = {x.method: x.tree for x in plan(validate_config(c), {"medusa": 4}, {"medusa": 4}) if x.tree is not None}
+  assert trees == {"medusa": DynamicTree(16, 4, 4), "feature_head": DynamicTree(16, 8, 4)}
+  c.tree_kind = "static"
+  trees = {x.method: x.tree for x in plan(validate_config(c), {"medusa": 4}, {"medusa": 2}) if x.tree is not None}
+  assert set(trees) == {"feature_head"} and trees["feature_head"].max_depth > 2
+
+
 def test_heads_need_a_trained_directory(tmp_path):
   c = _cpu()
   c.methods = ("medusa",)

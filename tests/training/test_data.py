@@ -8,6 +8,7 @@ import pytest
 
 from specjax.training import corpus as corpus_module
 from specjax.training.data import build_corpus
+from specjax.training.passages import passage_prompts
 
 
 def test_other_text_changes_reuse_the_generated_text(peaked_target, tiny_corpus_config, tmp_path, monkeypatch):
@@ -51,3 +52,24 @@ def test_on_policy_rows_weighted_up_come_that_often_an_epoch(tiny_corpus):
   np.testing.assert_array_equal(tiny_corpus.epoch_rows(), train)
   with pytest.raises(ValueError, match="on_policy_repeats must be >= 1"):
     TrainConfig(on_policy_repeats=0)
+
+
+def test_passage_answers_join_the_on_policy_rows_and_the_pool_answers_are_kept(peaked_target, tiny_corpus_config,
+                                                                                tmp_path, monkeypatch):
+  corpus = tiny_corpus_config
+  first = build_corpus(peaked_target, corpus, layer_ids=(1,), cache_dir=str(tmp_path))
+  prompts_answered = []
+  real = corpus_module.on_policy_ids
+  monkeypatch.setattr(corpus_module, "on_policy_ids",
+                      lambda target, prompts, config: prompts_answered.extend(prompts) or real(target, prompts, config))
+  with_passages = dataclasses.replace(corpus, passage_prompts=3)
+  second = build_corpus(peaked_target, with_passages, layer_ids=(1,), cache_dir=str(tmp_path))
+  assert prompts_answered == passage_prompts(3, corpus.seed)   # the pool's answers came from the cache
+  n = corpus.n_prompts
+  assert int(second.on_policy.sum()) == n + 3 and second.on_policy[:n + 3].all()
+  np.testing.assert_array_equal(first.tokens[:n], second.tokens[:n])
+  np.testing.assert_array_equal(first.tokens[n:], second.tokens[n + 3:])
+  prompts_answered.clear()
+  again = build_corpus(peaked_target, with_passages, layer_ids=(1,), cache_dir=str(tmp_path))
+  assert prompts_answered == []
+  np.testing.assert_array_equal(again.tokens, second.tokens)

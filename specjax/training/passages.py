@@ -1,0 +1,76 @@
+"""Training prompts in the style of the benchmark's long-context category: a passage, then an instruction to quote,
+summarize or list from it. Passages are paragraphs of standard-library docstrings (on every machine, no download);
+any prompt sharing an 8-word run with a benchmark prompt is dropped, so the benchmark stays held out."""
+
+import re
+
+import numpy as np
+
+from specjax.training import holdout
+from specjax.training.corpus import stdlib_docstrings
+
+INSTRUCTIONS = (
+    "Copy the opening sentence of the passage above exactly as written.",
+    "Repeat the final sentence of the passage above exactly as written.",
+    "Find the sentence in the passage above that contains the words \"{phrase}\" and copy it exactly.",
+    "Give a two-sentence summary of the passage above.",
+    "In a single sentence, say what the passage above is about.",
+    "Turn the passage above into three short bullet points.",
+    "Explain the passage above in plain words for a beginner.",
+    "Answer using the passage above: what does it say about \"{phrase}\"?",
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+_PLAIN_WORD = re.compile(r"^[A-Za-z][a-z]+$")
+
+
+def paragraphs(min_words: int = 25, max_words: int = 70, max_chars: int = 3_000_000) -> list[str]:
+  """Prose paragraphs of the standard library's docstrings: at least two sentences, mostly letters, no code."""
+  found, seen = [], set()
+  for block in re.split(r"\n\s*\n", stdlib_docstrings(max_chars)):
+    lines = block.splitlines()
+    if any(line.startswith((" ", "\t", ">>>", "-", "*", ":")) for line in lines[1:]) or not lines:
+      continue
+    text = " ".join(line.strip() for line in lines)
+    words = text.split()
+    letters = sum(c.isalpha() or c.isspace() for c in text) / max(len(text), 1)
+    if (min_words <= len(words) <= max_words and letters > 0.9 and len(_SENTENCE_END.split(text)) >= 2
+        and text[0].isupper() and text.endswith(".") and text not in seen):
+      seen.add(text)
+      found.append(text)
+  return found
+
+
+def _phrase(text: str, rng: np.random.Generator) -> str | None:
+  """Two or three consecutive plain words from a sentence after the first."""
+  sentences = _SENTENCE_END.split(text)[1:]
+  runs = []
+  for sentence in sentences:
+    words = sentence.rstrip(".!?").split()
+    for size in (3, 2):
+      runs += [words[i:i + size] for i in range(len(words) - size + 1)
+               if all(_PLAIN_WORD.match(w) for w in words[i:i + size])]
+  return " ".join(runs[rng.integers(len(runs))]) if runs else None
+
+
+def passage_prompts(n: int, seed: int = 0) -> list[str]:
+  """n prompts, passage + blank line + instruction: seeded-shuffled paragraphs, each pass over them giving each
+  paragraph the next instruction (at most one prompt per paragraph and instruction)."""
+  if n < 0:
+    raise ValueError(f"passage_prompts: n must be >= 0, got {n}")
+  if n == 0:
+    return []
+  rng = np.random.default_rng(seed)
+  pool = paragraphs()
+  held_out = holdout.benchmark_shingles()
+  prompts, order = [], rng.permutation(len(pool))
+  for turn, (index, shift) in enumerate((i, s) for s in range(len(INSTRUCTIONS)) for i in order):
+    template = INSTRUCTIONS[(turn + shift) % len(INSTRUCTIONS)]
+    phrase = _phrase(pool[index], rng) if "{phrase}" in template else ""
+    if phrase is None:
+      continue
+    prompt = f"{pool[index]}\n\n{template.format(phrase=phrase)}"
+    if not holdout.overlaps(prompt, held_out):
+      prompts.append(prompt)
+      if len(prompts) == n:
+        return prompts
+  raise ValueError(f"passage_prompts: asked for {n} prompts, the standard library's docstrings give {len(prompts)}")
