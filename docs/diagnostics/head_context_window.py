@@ -6,6 +6,7 @@ ends at the answer's end; RoPE is relative, so the cut changes only how far back
   python docs/diagnostics/head_context_window.py [drafter_dir|shipped] [category] [n_prompts] [W ...]
 """
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -33,9 +34,8 @@ def window(corpus: Corpus, width: int) -> Corpus:
       raise ValueError(f"row {row}: the answer starts {int(length) - scored[0]} positions from the end, > {width}")
     rows.append(slice(start, start + width))
   cut = lambda array: np.stack([np.asarray(array[r, s]) for r, s in enumerate(rows)])
-  return Corpus(tokens=cut(corpus.tokens), mask=cut(corpus.mask), hidden=cut(corpus.hidden),
-                layers=cut(corpus.layers), layer_ids=corpus.layer_ids, heldout=corpus.heldout,
-                on_policy=corpus.on_policy)
+  return dataclasses.replace(corpus, tokens=cut(corpus.tokens), mask=cut(corpus.mask), hidden=cut(corpus.hidden),
+                             layers=cut(corpus.layers))
 
 
 def main(argv):

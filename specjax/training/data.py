@@ -148,8 +148,9 @@ def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, cache_dir
 
 def _generation(target: Model, config: CorpusConfig, name: str, prompts: list[str], cache_dir: str) -> dict:
   """The target's answers to `prompts` (`generated_tokens`), from `cache_dir`/{name}-{key}.npz when made before."""
-  key = _key(target_fingerprint(target), {f: getattr(config, f) for f in GENERATION_FIELDS if f != "n_prompts"}
-             | ({"n_prompts": config.n_prompts} if name == "generated" else {}), prompts)
+  # n_prompts counts the pool's prompts: it keys the pool's answers only
+  fields = {f: getattr(config, f) for f in GENERATION_FIELDS if f != "n_prompts" or name == "generated"}
+  key = _key(target_fingerprint(target), fields, prompts)
   path = os.path.join(cache_dir, f"{name}-{key}.npz") if cache_dir else ""
   made = (_load(path) if path else None) or generated_tokens(target, config, prompts)
   if path and not os.path.exists(path):
@@ -164,11 +165,12 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
   fields = dataclasses.asdict(config)
   if not config.passage_prompts:  # a field added later keys the cache only when set: older caches stay valid
     del fields["passage_prompts"]
-  tokens_key = _key(target_fingerprint(target), fields, pool_prompts(config))
+  pool = pool_prompts(config)
+  tokens_key = _key(target_fingerprint(target), fields, pool)
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
   text = _load(tokens_path) if tokens_path else None
   if text is None:
-    generated = _generation(target, config, "generated", pool_prompts(config), cache_dir)
+    generated = _generation(target, config, "generated", pool, cache_dir)
     passages = (_generation(target, config, "passages", passage_prompts(config.passage_prompts, config.seed),
                             cache_dir) if config.passage_prompts else None)
     text = corpus_tokens(target, config, generated, passages)
