@@ -41,7 +41,7 @@ def get_config():
   c.tree_top_k = 4
   c.tree_branching = "sample"      # "top_k" (each context's top choices) or "sample" (drawn from q)
   c.tree_methods = ()              # drafter methods that run tree cells (() = every one that branches)
-  c.prompts_per_category = 8
+  c.prompts_per_category = 8       # the first N prompts of each category; 0 = all (9-10 each)
   c.max_new_tokens = 64
   c.max_prompt_tokens = 0          # 0 = no cut; otherwise keep each prompt's last N tokens
   c.prompt_bucket = 0              # 0 = per-category power-of-two bucket; N = pad every prompt to at least N

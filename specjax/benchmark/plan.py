@@ -130,7 +130,7 @@ def validate_config(config) -> dict:
   if not temps or any(not np.isfinite(t) or t < 0 for t in temps):
     raise ValueError(f"config.temperatures must be finite numbers >= 0, got {list(temps)}")
   c["temperatures"] = temps
-  for name, low in (("max_new_tokens", 1), ("prompts_per_category", 1), ("repeats", 1), ("draft_layers", 1),
+  for name, low in (("max_new_tokens", 1), ("prompts_per_category", 0), ("repeats", 1), ("draft_layers", 1),
                     ("layer_skip_layers", 0), ("prompt_bucket", 0), ("prompt_lookup_max_ngram", 1),
                     ("max_prompt_tokens", 0), ("paired_verify_calls", 0), ("seed", 0)):
     value = c[name]

@@ -22,11 +22,14 @@ def load_category(category: str) -> tuple[dict, ...]:
 
 
 def select(category: str, n: int) -> list[dict]:
-  """The first n prompts of a category (long_context is ordered by length, so small n keeps runs short)."""
+  """The first n prompts of a category, or all of them when n is 0 (long_context is ordered by length, so small n
+  keeps runs short)."""
   prompts = load_category(category)
+  if n < 0:
+    raise ValueError(f"prompts_per_category must be >= 0 (0: all), got {n}")
   if n > len(prompts):
     raise ValueError(f"prompts_per_category={n} but category {category!r} has only {len(prompts)} prompts")
-  return list(prompts[:n])
+  return list(prompts[:n or len(prompts)])
 
 
 def byte_ids(text: str, vocab_size: int, limit: int) -> list[int]:

@@ -15,6 +15,16 @@ def test_suite_has_eight_prompts_per_category_with_test_fields():
   assert max(lengths) > 5 * min(lengths)  # context length varies
 
 
+def test_select_takes_the_first_n_prompts_or_all_of_them_at_zero():
+  prompts = tasks.load_category("prose")
+  assert tasks.select("prose", 3) == list(prompts[:3])
+  assert tasks.select("prose", 0) == list(prompts)
+  with pytest.raises(ValueError, match="has only"):
+    tasks.select("prose", len(prompts) + 1)
+  with pytest.raises(ValueError, match=">= 0"):
+    tasks.select("prose", -1)
+
+
 def test_code_passes_only_with_correct_function():
   spec = tasks.load_category("code")[1]  # add(a, b)
   assert quality.score("code", "```python\ndef add(a, b):\n    return a + b\n```", spec) == {

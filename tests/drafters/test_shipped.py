@@ -16,7 +16,7 @@ from specjax.drafters import registry, shipped
 from specjax.drafters.feature_head import FeatureHead
 from specjax.training.export import load_drafter, save_drafter
 from specjax.training.ship import ship_drafter
-from configs import bench_drafters, bench_trees
+from configs import bench_drafters, bench_heads, bench_trees
 
 
 def test_manifest_is_true_to_the_files():
@@ -53,7 +53,7 @@ def test_no_shipped_drafter_fits_another_target(exactness_target):
 
 
 def test_benchmark_configs_take_the_shipped_head():
-  for config in (bench_drafters.get_config(), bench_trees.get_config()):
+  for config in (bench_drafters.get_config(), bench_trees.get_config(), bench_heads.get_config()):
     assert config.drafter_dirs.feature_head == shipped.SHIPPED
     config.methods = ("ar", "feature_head")
     assert plan.validate_config(config)["methods"] == ("ar", "feature_head")

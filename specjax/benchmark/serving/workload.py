@@ -30,8 +30,7 @@ def build_requests(categories=tasks.CATEGORIES, prompts_per_category: int = 0, n
   token_id_vocab > 0 sends token ids in [1, vocab) instead of text, cut to max_prompt_tokens (0: uncut)."""
   pool = []
   for category in categories:
-    chosen = tasks.select(category, prompts_per_category) if prompts_per_category else tasks.load_category(category)
-    for item in chosen:
+    for item in tasks.select(category, prompts_per_category):
       prompt = item["prompt"]
       if token_id_vocab:
         prompt = tuple(tasks.byte_ids(prompt, token_id_vocab, max_prompt_tokens))
