@@ -173,10 +173,11 @@ def write_report(records, settings: dict, output_dir: str) -> str:
   temps = sorted({r["temperature"] for r in ours})
   batches = sorted({r["batch_size"] for r in ours})
   first = records[0] if records else {}
+  per_category = settings.get("prompts_per_category")
   parts = ["# specjax benchmark", "",
            f"Machine: {first.get('machine')}; jax {first.get('jax_version')}; devices {first.get('devices')}.",
            f"Model: {settings.get('model')}; max_new_tokens {settings.get('max_new_tokens')}; "
-           f"prompts per category {settings.get('prompts_per_category')}; chat {settings.get('chat')}.",
+           f"prompts per category {'all' if per_category == 0 else per_category}; chat {settings.get('chat')}.",
            "Speedups are throughput ratios against specjax autoregressive decoding of the same batch size, category and "
            "temperature, measured in this run (fused loop, end to end, prefill included; compilation excluded).", ""]
   for temp in temps:

@@ -78,7 +78,10 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
       (1, 2, c) for c in ("code", "prose", "structured", "long_context")]
   assert all(p["ratio"] > 0 and p["filled"] > 0 for p in paired)
   text = (tmp_path / "report.md").read_text()
-  assert "Verification cost" in text
+  assert "Verification cost" in text and "prompts per category 2;" in text
+  (tmp_path / "all").mkdir()
+  every = report.write_report(records, dict(validate_config(config), prompts_per_category=0), str(tmp_path / "all"))
+  assert "prompts per category all;" in every
   assert "speedup by category x K" in text and "Theory beside measurement" in text
   assert "Adaptive K" in text and "paired median" in text and "stops paying" in text and "Drafters compared" in text
   for name in ("speedup_vs_k.png", "throughput_vs_batch.png", "latency_vs_batch.png"):
