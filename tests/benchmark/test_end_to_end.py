@@ -1,7 +1,6 @@
 """A tiny benchmark run on a random model: every method, both temperatures, phase-split, all three outputs."""
 
 import json
-import os
 
 import ml_collections
 import pytest
