@@ -63,14 +63,15 @@ def passage_prompts(n: int, seed: int = 0) -> list[str]:
   pool = paragraphs()
   held_out = holdout.benchmark_shingles()
   prompts, order = [], rng.permutation(len(pool))
-  for turn, (index, shift) in enumerate((i, s) for s in range(len(INSTRUCTIONS)) for i in order):
-    template = INSTRUCTIONS[(turn + shift) % len(INSTRUCTIONS)]
-    phrase = _phrase(pool[index], rng) if "{phrase}" in template else ""
-    if phrase is None:
-      continue
-    prompt = f"{pool[index]}\n\n{template.format(phrase=phrase)}"
-    if not holdout.overlaps(prompt, held_out):
-      prompts.append(prompt)
-      if len(prompts) == n:
-        return prompts
+  for shift in range(len(INSTRUCTIONS)):
+    for position, index in enumerate(order):
+      template = INSTRUCTIONS[(position + shift) % len(INSTRUCTIONS)]
+      phrase = _phrase(pool[index], rng) if "{phrase}" in template else ""
+      if phrase is None:
+        continue
+      prompt = f"{pool[index]}\n\n{template.format(phrase=phrase)}"
+      if not holdout.overlaps(prompt, held_out):
+        prompts.append(prompt)
+        if len(prompts) == n:
+          return prompts
   raise ValueError(f"passage_prompts: asked for {n} prompts, the standard library's docstrings give {len(prompts)}")

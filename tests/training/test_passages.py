@@ -29,6 +29,15 @@ def test_each_prompt_is_a_passage_then_an_instruction(prompts):
   assert used == set(INSTRUCTIONS)
 
 
+def test_every_pass_over_the_paragraphs_gives_each_a_new_instruction():
+  n = 4 * len(paragraphs()) + 100  # into the fifth pass
+  pairs = set()
+  for prompt in passage_prompts(n, seed=0):
+    passage, instruction = prompt.split("\n\n")
+    pairs.add((passage, next(t for t in INSTRUCTIONS if instruction.startswith(t.split("{")[0]))))
+  assert len(pairs) == n
+
+
 def test_no_prompt_shares_an_eight_word_run_with_the_benchmark(prompts):
   held_out = holdout.benchmark_shingles()
   assert not any(holdout.overlaps(p, held_out) for p in prompts)
