@@ -166,7 +166,8 @@ def corpus_tokens(target: Model, config: CorpusConfig, generated: dict | None = 
   generated = generated_tokens(target, config) if generated is None else generated
   if config.passage_prompts:
     from specjax.training.passages import passage_prompts  # passages.py reads this module's docstrings
-    passages = passages or generated_tokens(target, config, passage_prompts(config.passage_prompts, config.seed))
+    if passages is None:
+      passages = generated_tokens(target, config, passage_prompts(config.passage_prompts, config.seed))
     generated = {name: np.concatenate([generated[name], passages[name]]) for name in ("tokens", "mask")}
   library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
   if config.text_sequences:
