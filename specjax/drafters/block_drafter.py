@@ -144,6 +144,29 @@ class BlockDrafter(TrainedHead):
     net.mask_embed[...] = jnp.mean(jnp.asarray(target.flat_params()["embed"], jnp.float32), axis=0)
     return nnx.split(net)[1]
 
+  def started_from_target(self, target: Model) -> "BlockDrafter":
+    """This drafter with its decoder blocks set to the target's last n_layers layers, its output norm to the
+    target's final norm, and its context to the highest feature layer through the norm in front of the first of
+    those layers: with feature layers ending at n - n_layers - 1 (SmolLM2's 27 of 30, 2 layers), the first layer's
+    context keys and values are the target's own at that layer. The other feature layers start with zero weight."""
+    n, flat = target.config.n_layers, target.flat_params()
+    family, config = get_family(target.config.family), self.config
+    if config.layer_config().ffn_dim != target.config.ffn_dim or config.n_layers > n:
+      raise ValueError(f"a BlockDrafter of {config.n_layers} layers with ffn_dim {config.ffn_dim} cannot start from "
+                       f"the last layers of a {n}-layer target with ffn_dim {target.config.ffn_dim}")
+    net = self.module(self.net)
+    first, top = n - config.n_layers, len(config.feature_layers) - 1
+    for index, block in enumerate(net.layers):
+      prefix = f"{family.layers}.{first + index}."
+      for path, var in nnx.to_flat_state(nnx.state(block, nnx.Param)):
+        var[...] = jnp.asarray(flat[prefix + ".".join(map(str, path))], jnp.float32)
+    net.out_norm.scale[...] = jnp.asarray(flat[family.final_norm], jnp.float32)
+    d = config.d_model
+    net.layer_norms[top].scale[...] = jnp.ones((d,), jnp.float32)
+    net.fuse.kernel[...] = jnp.zeros_like(net.fuse.kernel[...]).at[top * d:].set(jnp.eye(d, dtype=jnp.float32))
+    net.context_norm.scale[...] = jnp.asarray(flat[family.reading_norm(config.feature_layers[top], n)], jnp.float32)
+    return self.with_net(nnx.split(net)[1])
+
   def _checked_features(self, features):
     if features is None or features.layers_BxTxLxD.shape[2] != len(self.feature_layers):
       got = None if features is None else features.layers_BxTxLxD.shape[2]

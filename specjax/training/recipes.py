@@ -103,6 +103,8 @@ def _block_drafter(target: Model, settings, corpus: Corpus, seed: int, start=Non
     vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
     config = _block_drafter_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
     start = BlockDrafter.create(target, config, seed, vocab)
+    if settings.start_from_target:
+      start = start.started_from_target(target)
   return objectives.block_drafter_objective(start, settings.anchors, settings.gamma, settings.ce_weight,
                                             settings.kl_weight, seed)
 

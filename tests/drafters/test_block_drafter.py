@@ -18,6 +18,7 @@ from specjax.drafters.block_drafter import BlockDrafter, BlockDrafterConfig
 from specjax.drafters.vocab_head import head_logits
 from specjax.engine import target_features
 from specjax.kernels import use_kernels
+from specjax.model import model_from_flat_params
 from specjax.policy import SpeculationPolicy
 from specjax.sampling import SamplingParams
 from specjax.training.objectives import block_drafter_objective, random_anchors
@@ -207,3 +208,26 @@ def test_bad_input_is_a_clear_error(target):
   with pytest.raises(ValueError, match=r"drafts 1..4 tokens a round \(block_size 5"):
     drafter.propose(drafter.params(), state, tokens, jnp.asarray([4]), 5, SamplingParams(), jax.random.split(
         jax.random.key(0), 1))
+
+
+def test_started_from_target_attends_over_the_targets_own_entries(target):
+  """With the top feature layer just below the copied layers, the first layer's context keys and values are the
+  target's own cache entries at that layer; the blocks and output norm are the target's; a shape that cannot be
+  copied is a clear error. The target's norm scales are made unlike 1 so that each must land in its place."""
+  rng = np.random.default_rng(6)
+  target = model_from_flat_params(target.config, {
+      name: value * (0.5 + rng.random(value.shape)) if name.endswith("norm.scale") else value
+      for name, value in target.flat_params().items()})
+  drafter = _drafter(target, n_layers=1, feature_layers=(0, 1)).started_from_target(target)
+  tokens = jnp.asarray(np.random.default_rng(5).integers(0, 48, (2, 12)), jnp.int32)
+  positions = jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32), (2, 12))
+  _, target_cache, features = target_features(target.module(), tokens, positions, init_cache(target.config, 2, 12),
+                                              drafter.feature_layers)
+  state = drafter.init(drafter.params(), tokens, jnp.full((2,), 11, jnp.int32), 12, features=features)
+  for got, want in ((state["cache"].k, target_cache.k), (state["cache"].v, target_cache.v)):
+    np.testing.assert_allclose(np.asarray(got[0, :, :12]), np.asarray(want[2, :, :12]), rtol=1e-4, atol=1e-4)
+  flat, net = target.flat_params(), drafter.module(drafter.net)
+  np.testing.assert_array_equal(np.asarray(net.layers[0].mlp.up.kernel[...]), np.asarray(flat["layers.2.mlp.up.kernel"]))
+  np.testing.assert_array_equal(np.asarray(net.out_norm.scale[...]), np.asarray(flat["final_norm.scale"]))
+  with pytest.raises(ValueError, match="cannot start from the last layers"):
+    _drafter(target, ffn_dim=16).started_from_target(target)
