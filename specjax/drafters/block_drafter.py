@@ -155,7 +155,7 @@ class BlockDrafter(TrainedHead):
       raise ValueError(f"a BlockDrafter of {config.n_layers} layers with ffn_dim {config.ffn_dim} cannot start from "
                        f"the last layers of a {n}-layer target with ffn_dim {target.config.ffn_dim}")
     net = self.module(self.net)
-    first, top = n - config.n_layers, len(config.feature_layers) - 1
+    first, top = n - config.n_layers, config.feature_layers.index(max(config.feature_layers))
     for index, block in enumerate(net.layers):
       prefix = f"{family.layers}.{first + index}."
       for path, var in nnx.to_flat_state(nnx.state(block, nnx.Param)):
@@ -163,7 +163,8 @@ class BlockDrafter(TrainedHead):
     net.out_norm.scale[...] = jnp.asarray(flat[family.final_norm], jnp.float32)
     d = config.d_model
     net.layer_norms[top].scale[...] = jnp.ones((d,), jnp.float32)
-    net.fuse.kernel[...] = jnp.zeros_like(net.fuse.kernel[...]).at[top * d:].set(jnp.eye(d, dtype=jnp.float32))
+    eye = jnp.eye(d, dtype=jnp.float32)
+    net.fuse.kernel[...] = jnp.zeros_like(net.fuse.kernel[...]).at[top * d:(top + 1) * d].set(eye)
     net.context_norm.scale[...] = jnp.asarray(flat[family.reading_norm(config.feature_layers[top], n)], jnp.float32)
     return self.with_net(nnx.split(net)[1])
 

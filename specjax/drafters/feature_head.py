@@ -69,11 +69,14 @@ class FeatureHeadConfig:
 
 def checked_feature_layers(target: ModelConfig, feature_layers=None) -> tuple[int, ...]:
   """`feature_layers`, or low, middle and high (2, n/2, n-3 as in EAGLE-3, clipped for shallow targets); a layer
-  the target does not have is a ValueError."""
+  the target does not have, or layers out of order (the target hands features over in layer order), is a
+  ValueError."""
   n = target.n_layers
   layers = tuple(feature_layers or sorted({min(2, n - 1), n // 2, max(n - 3, 0)}))
   if any(not 0 <= i < n for i in layers):
     raise ValueError(f"feature_layers {layers} outside the target's {n} layers")
+  if list(layers) != sorted(set(layers)):
+    raise ValueError(f"feature_layers {layers} must be strictly increasing (features come in layer order)")
   return layers
 
 

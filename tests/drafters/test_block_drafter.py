@@ -231,3 +231,5 @@ def test_started_from_target_attends_over_the_targets_own_entries(target):
   np.testing.assert_array_equal(np.asarray(net.out_norm.scale[...]), np.asarray(flat["final_norm.scale"]))
   with pytest.raises(ValueError, match="cannot start from the last layers"):
     _drafter(target, ffn_dim=16).started_from_target(target)
+  with pytest.raises(ValueError, match="strictly increasing"):
+    _drafter(target, feature_layers=(1, 0))
