@@ -155,7 +155,7 @@ class BlockDrafter(TrainedHead):
       raise ValueError(f"a BlockDrafter of {config.n_layers} layers with ffn_dim {config.ffn_dim} cannot start from "
                        f"the last layers of a {n}-layer target with ffn_dim {target.config.ffn_dim}")
     net = self.module(self.net)
-    first, top = n - config.n_layers, config.feature_layers.index(max(config.feature_layers))
+    first, top = n - config.n_layers, len(config.feature_layers) - 1  # layers are increasing: the last is the top
     for index, block in enumerate(net.layers):
       prefix = f"{family.layers}.{first + index}."
       for path, var in nnx.to_flat_state(nnx.state(block, nnx.Param)):
