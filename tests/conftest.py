@@ -7,6 +7,9 @@ import os
 # Eight host devices for the sharding tests; must be set before jax initialises its backend.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # libtpu (the tpu extra, for AOT compiles) must not probe for chips
+# The packed kernel from one row, on every CPU with AVX-512: tests check both kernels' tokens the same way on every
+# machine and skip each model's timing of the two (`specjax.kernels.packed.calibrate`, tested on its own).
+os.environ.setdefault("SPECJAX_PACKED_MIN_ROWS", "1")
 
 import jax
 import jax.numpy as jnp

@@ -5,8 +5,11 @@ alternating order; prints the medians per step and the median of the paired rati
   python docs/diagnostics/fused_projections.py [T ...]   (default 1 5)
 """
 
+import os
 import statistics
 import sys
+
+os.environ.setdefault("SPECJAX_PACKED_MIN_ROWS", "1")   # both views on the packed kernel at every T
 import time
 
 import jax

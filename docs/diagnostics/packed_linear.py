@@ -4,7 +4,10 @@ medians of 7), then the whole scoring call at T positions, plain and packed para
 
   python docs/diagnostics/packed_linear.py 1 5 17 33
 """
+import os
 import sys
+
+os.environ.setdefault("SPECJAX_PACKED_MIN_ROWS", "1")   # "packed" is the packed kernel at every row count
 import time
 
 import jax

@@ -21,6 +21,7 @@ from specjax import engine, host
 from specjax.cache import cache_size
 from specjax.calibration import Calibration
 from specjax.drafters import registry
+from specjax.kernels import packed
 from specjax.policy import SpeculationPolicy
 from specjax.quantize import quantize_model
 from specjax.trees import StaticTree
@@ -99,6 +100,7 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   info = machine_info()
   info["copy_bandwidth_gbs"] = bandwidth.copy_bandwidth_gbs()
   info["target_weights"] = c["weights"]
+  info["packed_min_rows"] = packed.view_min_rows(packed.packed_params(target))  # this CPU's choice of kernel
   if c["paired_verify_calls"]:
     info["paired_verify_cost"] = [
         dict(paired_verify_cost(target, batch=b, k=k, filled=int(np.mean([len(p) for p in prompt_ids[cat]]))

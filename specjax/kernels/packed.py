@@ -8,10 +8,19 @@ the weights' bytes again, and leaves the Model as it was: checkpoints, sharding,
 plain parameters. Sibling kernels that read one input (q, k, v; gate, up) are packed together: the first holds the
 tiles of all of them side by side and one kernel call computes the group (`dense_group`): 4 calls a layer, not 7
 (SmolLM2, one row: those matmuls 7% faster, a whole decode step about 1%, docs/diagnostics/fused_projections.py).
+
+Which kernel wins at a few rows depends on the CPU (a Zen 4 core: packed from one row; this Xeon: the plain one at
+5 rows, docs/results.md section 43), so `packed_params` times both over the model's own weights (`calibrate`) and
+rows below the view's `min_rows` take the plain skinny kernel (`cpu_linear.cc`).
 """
 
+import functools
 import itertools
+import logging
 import math
+import os
+import statistics
+import time
 import weakref
 
 import flax.struct
@@ -22,6 +31,7 @@ from flax import nnx
 from specjax.kernels import build
 from specjax.kernels import linear
 
+log = logging.getLogger(__name__)
 TILE = 48        # cpu_packed.cc's kTile
 MAX_ROWS = 64    # cpu_packed.cc's kMaxRows
 # Sibling Dense modules that read one input: the packed view keeps each group's tiles in its first kernel.
@@ -39,6 +49,7 @@ class PackedKernel:
   transposed: bool = flax.struct.field(pytree_node=False, default=False)
   group: tuple = flax.struct.field(pytree_node=False, default=())
   member: int = flax.struct.field(pytree_node=False, default=0)
+  min_rows: int = flax.struct.field(pytree_node=False, default=1)   # fewer rows take the plain kernel (`calibrate`)
 
   def __getitem__(self, index):
     if index is Ellipsis:  # nnx.Variable's `param[...]`
@@ -76,9 +87,78 @@ def available() -> bool:
   return build.has_avx512() and linear.kernels_enabled()
 
 
+MIN_ROWS_ENV = "SPECJAX_PACKED_MIN_ROWS"
+LADDER = (1, 2, 5, 9, 17)   # the row counts `calibrate` times: a step, chains of K = 1 / 4 / 8, a 16-node tree
+
+
+def env_min_rows() -> int | None:
+  """$SPECJAX_PACKED_MIN_ROWS (the fewest rows the packed kernel takes, for every model), else None."""
+  env = os.environ.get(MIN_ROWS_ENV, "").strip()
+  if not env:
+    return None
+  if not env.isdigit() or not 1 <= int(env) <= MAX_ROWS:
+    raise ValueError(f"{MIN_ROWS_ENV}={env!r}: must be a row count in 1..{MAX_ROWS}")
+  return int(env)
+
+
+def threshold(seconds_by_rows: dict) -> int:
+  """The fewest rows from which the packed kernel is faster at every timed row count: {rows: (plain s, packed s)}
+  -> min_rows (past the plain kernel's linear.MAX_ROWS the packed one always runs: XLA's dot is the alternative)."""
+  start = linear.MAX_ROWS + 1
+  for r in sorted(seconds_by_rows, reverse=True):
+    plain_s, packed_s = seconds_by_rows[r]
+    if packed_s >= plain_s:
+      break
+    start = r
+  return start
+
+
+def _product(x, w: "PackedKernel", use_tiles: bool):
+  """x @ w by the packed kernel on w's tiles (a fused group's tiles hold all of it) or the plain one on w itself."""
+  if use_tiles:
+    out = jax.ShapeDtypeStruct((x.shape[0], w.tiles.shape[0] * TILE), jnp.float32)
+    return jax.ffi.ffi_call(build.PACKED_TARGET_NAME, out)(x, w.tiles)
+  return linear.dense(x, w.kernel, transposed=w.transposed)
+
+
+@functools.partial(jax.jit, static_argnames="use_tiles")
+def _every_product(weights: list, xs_by_k: dict, use_tiles: bool):
+  """Rows multiplied by every weight of a model once, as a decode step streams them: the packed kernel on each
+  tiled weight, or the plain kernel on each original."""
+  total = jnp.float32(0)
+  for w in weights:
+    if use_tiles and w.tiles is None:
+      continue
+    k = w.tiles.shape[1] if use_tiles else w.kernel.shape[1 if w.transposed else 0]
+    total = total + _product(xs_by_k[k], w, use_tiles)[0, 0]
+  return total
+
+
+def calibrate(weights: list, repeats: int = 3, calls: int = 2) -> dict:
+  """{rows: (plain s, packed s)} per LADDER row count: median seconds of one pass over all `weights` (a model's
+  PackedKernels) with each kernel, the two alternated, so that the weights stream from memory as in a step."""
+  dims = {w.tiles.shape[1] for w in weights if w.tiles is not None}
+  passes = [functools.partial(_every_product, weights, use_tiles=use) for use in (False, True)]
+  seconds = {}
+  for rows in LADDER:
+    xs = {k: jax.random.normal(jax.random.key(k), (rows, k), jnp.float32) for k in dims}
+    samples: tuple = ([], [])
+    for fn in passes:
+      jax.block_until_ready(fn(xs))
+    for _ in range(repeats):
+      for fn, out in zip(passes, samples):
+        start = time.perf_counter()
+        for _ in range(calls):
+          jax.block_until_ready(fn(xs))
+        out.append((time.perf_counter() - start) / calls)
+    seconds[rows] = tuple(statistics.median(s) for s in samples)
+  return seconds
+
+
 def _runs_packed(x_NxK: jax.Array, w) -> bool:
   rows = math.prod(x_NxK.shape[:-1])
-  return (isinstance(w, PackedKernel) and w.tiles is not None and 1 <= rows <= MAX_ROWS
+  fewest = env_min_rows() if isinstance(w, PackedKernel) else None
+  return (isinstance(w, PackedKernel) and w.tiles is not None and (fewest or w.min_rows) <= rows <= MAX_ROWS
           and x_NxK.dtype == jnp.float32 and available())
 
 
@@ -94,9 +174,8 @@ def dense_group(x_NxK: jax.Array, ws: list) -> list:
   lead = ws[0]
   if len(ws) > 1 and not (isinstance(lead, PackedKernel) and lead.group):
     return [dense(x_NxK, w) for w in ws]
-  if not _runs_packed(x_NxK, lead):
-    return [linear.xla_dot(x_NxK, w.kernel, w.transposed) if isinstance(w, PackedKernel) else linear.dense(x_NxK, w)
-            for w in ws]
+  if not _runs_packed(x_NxK, lead):   # the plain skinny kernel where it runs, else XLA's dot
+    return [linear.dense(x_NxK, plain(w), transposed=getattr(w, "transposed", False)) for w in ws]
   widths = lead.group or (lead.n_out,)
   if [getattr(w, "member", None) for w in ws] != list(range(len(ws))):
     raise ValueError(f"kernels {[getattr(w, 'member', None) for w in ws]} of a packed group of {len(widths)} are not "
@@ -161,8 +240,28 @@ def packed_params(model) -> nnx.State:
         else:
           var = var.replace(PackedKernel(kernel=w, tiles=None, member=group.index(path)))
       leaves.append((path, var))
-    _CACHE[model] = nnx.from_flat_state(leaves)
+    _CACHE[model] = _with_min_rows(leaves)
   return _CACHE[model]
+
+
+def _with_min_rows(leaves: list) -> nnx.State:
+  """The view with its kernels' min_rows timed on this CPU (`calibrate`; skipped where $SPECJAX_PACKED_MIN_ROWS
+  decides): a static field, so programs traced for one model's choice are not reused for another's."""
+  weights = [var[...] for _, var in leaves if isinstance(var[...], PackedKernel)]
+  if env_min_rows() is None and weights:
+    seconds = calibrate(weights)
+    fewest = threshold(seconds)
+    log.info("packed kernel from %d rows: ms per pass, plain / packed, by rows: %s", fewest,
+                 {r: f"{1e3 * a:.2f} / {1e3 * b:.2f}" for r, (a, b) in seconds.items()})
+    leaves = [(path, var.replace(var[...].replace(min_rows=fewest)) if isinstance(var[...], PackedKernel) else var)
+              for path, var in leaves]
+  return nnx.from_flat_state(leaves)
+
+
+def view_min_rows(view) -> int | None:
+  """The fewest rows the packed kernel takes on this view (None where nothing is packed)."""
+  weights = [var[...] for _, var in nnx.to_flat_state(view) if isinstance(var[...], PackedKernel)]
+  return (env_min_rows() or weights[0].min_rows) if weights else None
 
 
 def _fused_group(path: tuple, flat: dict, tied: bool) -> list:

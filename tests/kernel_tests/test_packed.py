@@ -149,3 +149,50 @@ def test_sibling_kernels_of_one_input_are_one_packed_call():
   hlo = step.lower(view, jnp.ones((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32),
                    specjax.cache.init_cache(model.config, 1, 128)).as_text()
   assert hlo.count(build.PACKED_TARGET_NAME) == 4 * CONFIG.n_layers + 1   # + the tied head
+
+
+def test_min_rows_is_where_the_packed_kernel_wins_at_every_timed_row_count_from_there_on():
+  assert packed.threshold({1: (1.0, 0.9), 5: (1.0, 0.5), 17: (2.0, 1.0)}) == 1
+  assert packed.threshold({1: (1.0, 1.1), 5: (1.0, 1.3), 9: (2.0, 1.9), 17: (2.0, 1.0)}) == 9
+  assert packed.threshold({1: (1.0, 0.9), 5: (1.0, 1.3), 9: (2.0, 1.9), 17: (2.0, 1.0)}) == 9  # one loss cuts it
+  assert packed.threshold({1: (1.0, 1.1), 17: (2.0, 2.5)}) == linear.MAX_ROWS + 1  # past the plain kernel's rows
+
+
+@needs_kernel
+def test_rows_below_min_rows_take_the_plain_kernel(monkeypatch):
+  monkeypatch.setenv(packed.MIN_ROWS_ENV, "5")
+  rng = np.random.default_rng(2)
+  w = jnp.asarray(rng.standard_normal((24, 50)).astype(np.float32))
+  weight = packed.PackedKernel(kernel=w, tiles=packed.pack(w))
+  four = jax.jit(lambda x, w: packed.dense(x, w)).lower(jnp.ones((4, 24), jnp.float32), weight).as_text()
+  five = jax.jit(lambda x, w: packed.dense(x, w)).lower(jnp.ones((5, 24), jnp.float32), weight).as_text()
+  assert build.TARGET_NAME in four and build.PACKED_TARGET_NAME not in four
+  assert build.PACKED_TARGET_NAME in five
+  x = rng.standard_normal((4, 24)).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(jax.jit(lambda x, w: packed.dense(x, w))(x, weight)), x @ np.asarray(w),
+                             rtol=1e-5, atol=1e-4)
+  monkeypatch.setenv(packed.MIN_ROWS_ENV, "0")
+  with pytest.raises(ValueError, match="SPECJAX_PACKED_MIN_ROWS='0'"):
+    packed.env_min_rows()
+
+
+@needs_kernel
+def test_calibration_times_every_weight_and_sets_the_views_min_rows(monkeypatch):
+  """Without $SPECJAX_PACKED_MIN_ROWS the view is timed at each LADDER row count, every packed weight in one pass,
+  and its kernels carry the threshold of those times (a static field: programs keyed by it)."""
+  monkeypatch.delenv(packed.MIN_ROWS_ENV)
+  timed = []
+  real = packed.calibrate
+  monkeypatch.setattr(packed, "calibrate", lambda ws: timed.append(ws) or real(ws, repeats=1, calls=1))
+  monkeypatch.setattr(packed, "threshold", lambda seconds: timed.append(sorted(seconds)) or 9)
+  model = specjax.init_model(CONFIG, seed=6)
+  view = params_for(model, TargetSpec(graphdef=model.graphdef))
+  weights, rows = timed
+  assert rows == sorted(packed.LADDER)
+  assert len(weights) == 1 + 7 * CONFIG.n_layers    # the tied head and q, k, v, o, gate, up, down of every layer
+  assert packed.view_min_rows(view) == 9
+  flat = {".".join(map(str, path)): var[...] for path, var in nnx.to_flat_state(view)}
+  assert {w.min_rows for w in flat.values() if isinstance(w, packed.PackedKernel)} == {9}
+  x = jnp.ones((1, 5, CONFIG.d_model), jnp.float32)
+  lowered = jax.jit(lambda x, w: packed.dense(x, w)).lower(x, flat["layers.0.attn.o.kernel"]).as_text()
+  assert build.PACKED_TARGET_NAME not in lowered and build.TARGET_NAME in lowered
