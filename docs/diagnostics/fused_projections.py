@@ -8,9 +8,9 @@ alternating order; prints the medians per step and the median of the paired rati
 import os
 import statistics
 import sys
+import time
 
 os.environ.setdefault("SPECJAX_PACKED_MIN_ROWS", "1")   # both views on the packed kernel at every T
-import time
 
 import jax
 import jax.numpy as jnp

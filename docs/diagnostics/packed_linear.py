@@ -6,9 +6,9 @@ medians of 7), then the whole scoring call at T positions, plain and packed para
 """
 import os
 import sys
+import time
 
 os.environ.setdefault("SPECJAX_PACKED_MIN_ROWS", "1")   # "packed" is the packed kernel at every row count
-import time
 
 import jax
 import jax.numpy as jnp

@@ -116,8 +116,7 @@ def threshold(seconds_by_rows: dict) -> int:
 def _product(x, w: "PackedKernel", use_tiles: bool):
   """x @ w by the packed kernel on w's tiles (a fused group's tiles hold all of it) or the plain one on w itself."""
   if use_tiles:
-    out = jax.ShapeDtypeStruct((x.shape[0], w.tiles.shape[0] * TILE), jnp.float32)
-    return jax.ffi.ffi_call(build.PACKED_TARGET_NAME, out)(x, w.tiles)
+    return _kernel_call(x, w.tiles, w.tiles.shape[0] * TILE)
   return linear.dense(x, w.kernel, transposed=w.transposed)
 
 
@@ -156,11 +155,21 @@ def calibrate(weights: list, repeats: int = 3, calls: int = 2) -> dict:
   return seconds
 
 
+def _min_rows(w: PackedKernel) -> int:
+  """The fewest rows the packed kernel takes for w: $SPECJAX_PACKED_MIN_ROWS, else the view's calibrated count."""
+  return env_min_rows() or w.min_rows
+
+
 def _runs_packed(x_NxK: jax.Array, w) -> bool:
-  rows = math.prod(x_NxK.shape[:-1])
-  fewest = env_min_rows() if isinstance(w, PackedKernel) else None
-  return (isinstance(w, PackedKernel) and w.tiles is not None and (fewest or w.min_rows) <= rows <= MAX_ROWS
-          and x_NxK.dtype == jnp.float32 and available())
+  if not (isinstance(w, PackedKernel) and w.tiles is not None and x_NxK.dtype == jnp.float32 and available()):
+    return False
+  return _min_rows(w) <= math.prod(x_NxK.shape[:-1]) <= MAX_ROWS
+
+
+def _kernel_call(x_MxK: jax.Array, tiles: jax.Array, n_out: int) -> jax.Array:
+  """The packed kernel's custom call: x [M, K] @ the tiles' columns, n_out of them."""
+  return jax.ffi.ffi_call(build.PACKED_TARGET_NAME, jax.ShapeDtypeStruct((x_MxK.shape[0], n_out), jnp.float32))(
+      x_MxK, tiles)
 
 
 def packed_dense(x_NxK: jax.Array, w: PackedKernel) -> jax.Array:
@@ -188,9 +197,7 @@ def dense_group(x_NxK: jax.Array, ws: list) -> list:
     y = jnp.concatenate([linear.xla_dot(x, w.kernel, w.transposed) for w in ws], axis=-1)
     return jnp.pad(y, ((0, 0), (0, n_out - y.shape[-1])))
 
-  out = jax.ShapeDtypeStruct((rows, n_out), jnp.float32)
-  y_MxN = jax.lax.platform_dependent(
-      x_MxK, lead.tiles, cpu=lambda x, t: jax.ffi.ffi_call(build.PACKED_TARGET_NAME, out)(x, t), default=off_cpu)
+  y_MxN = jax.lax.platform_dependent(x_MxK, lead.tiles, cpu=lambda x, t: _kernel_call(x, t, n_out), default=off_cpu)
   y = y_MxN.reshape(x_NxK.shape[:-1] + (n_out,))
   ends = list(itertools.accumulate(widths))
   return [y[..., end - width:end] for width, end in zip(widths[:len(ws)], ends)]
@@ -253,7 +260,7 @@ def _with_min_rows(leaves: list) -> nnx.State:
     seconds = calibrate(weights)
     fewest = threshold(seconds)
     log.info("packed kernel from %d rows: ms per pass, plain / packed, by rows: %s", fewest,
-                 {r: f"{1e3 * a:.2f} / {1e3 * b:.2f}" for r, (a, b) in seconds.items()})
+             {r: f"{1e3 * a:.2f} / {1e3 * b:.2f}" for r, (a, b) in seconds.items()})
     leaves = [(path, var.replace(var[...].replace(min_rows=fewest)) if isinstance(var[...], PackedKernel) else var)
               for path, var in leaves]
   return nnx.from_flat_state(leaves)
@@ -262,7 +269,7 @@ def _with_min_rows(leaves: list) -> nnx.State:
 def view_min_rows(view) -> int | None:
   """The fewest rows the packed kernel takes on this view (None where nothing is packed)."""
   weights = [var[...] for _, var in nnx.to_flat_state(view) if isinstance(var[...], PackedKernel)]
-  return (env_min_rows() or weights[0].min_rows) if weights else None
+  return _min_rows(weights[0]) if weights else None
 
 
 def _fused_group(path: tuple, flat: dict, tied: bool) -> list:
