@@ -24,6 +24,10 @@ constexpr int kVecs = 3;
 constexpr int kGroupRows = 9;          // rows of x per pass over a tile: 27 accumulators, 3 W, 1 x
 constexpr int64_t kMaxRows = 64;
 constexpr int64_t kBlockRows = 1024;   // rows of K per pass (192 KiB of a tile: L2-resident for the next group)
+// Tile rows ahead that each step prefetches into L2 (3 KiB): without it an Intel AVX-512 core's prefetchers fall
+// behind once a step holds 5 or more rows' FMAs (17 rows over SmolLM2's weights, two cores: 43-47 against 33 ms;
+// 5 rows 32-35 against 23, the memory floor; docs/results.md section 44).
+constexpr int64_t kPrefetchRows = 16;
 
 #define SPECJAX_AVX512 __attribute__((target("avx512f")))
 
@@ -38,6 +42,10 @@ SPECJAX_AVX512 void TileRows(const float* x, int64_t k_dim, const float* tile, i
       acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(lanes[v], y + r * ldy + 16 * v) : _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     const float* w = tile + k * kTile;
+    const char* ahead = reinterpret_cast<const char*>(w + kPrefetchRows * kTile);   // a hint: never faults
+    _mm_prefetch(ahead, _MM_HINT_T1);
+    _mm_prefetch(ahead + 64, _MM_HINT_T1);
+    _mm_prefetch(ahead + 128, _MM_HINT_T1);
     const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16), w2 = _mm512_loadu_ps(w + 32);
     for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(x[r * k_dim + k]);

@@ -9,8 +9,8 @@ plain parameters. Sibling kernels that read one input (q, k, v; gate, up) are pa
 tiles of all of them side by side and one kernel call computes the group (`dense_group`): 4 calls a layer, not 7
 (SmolLM2, one row: those matmuls 7% faster, a whole decode step about 1%, docs/diagnostics/fused_projections.py).
 
-Which kernel wins at a few rows depends on the CPU (a Zen 4 core: packed from one row; this Xeon: the plain one at
-5 rows, docs/results.md section 43), so `packed_params` times both over the model's own weights (`calibrate`) and
+Which kernel wins at a few rows depends on the CPU (a Zen 4 core: packed from one row; an Intel AVX-512 Xeon: the
+plain one at 1-2 rows, docs/results.md sections 43-44), so `packed_params` times both over the model's own weights (`calibrate`) and
 rows below the view's `min_rows` take the plain skinny kernel (`cpu_linear.cc`).
 """
 
