@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from configs import bench_serve_sweep
-from specjax.benchmark.serving import servers, sweep, sweep_config, sweep_report
+from specjax.benchmark.serving import servers, sweep, sweep_cells, sweep_config, sweep_report, sweep_targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONCURRENCIES = (1, 2, 4, 8, 16)
@@ -33,7 +33,7 @@ def _synthetic() -> dict:
              for name in list(THROUGHPUT) + ["broken"]}
   for name, bases in (("k4", ["autoregressive"]), ("adaptive", ["autoregressive"]),
                       ("llama-server+draft", ["autoregressive", "llama-server"])):
-    systems[name].update(speculative=True, baselines=bases)
+    systems[name].update(speculative=True, baselines=bases, adaptive=name == "adaptive")
   systems["broken"].update(speculative=True, baselines=["autoregressive"], error="RuntimeError: did not start")
   cells = [{"system": name, "concurrency": c, "request_rate": "inf", "num_prompts": max(8, 2 * c), "error": None,
             "result": _result(float(value), c)}
@@ -54,7 +54,7 @@ def test_stops_paying_is_the_lowest_concurrency_below_the_baseline():
   assert sweep_report.stops_paying(results, "adaptive", "autoregressive") is None
   assert sweep_report.stops_paying(results, "llama-server+draft", "autoregressive") is None
   assert sweep_report.stops_paying(results, "llama-server+draft", "llama-server") == 16
-  assert sweep_report.ratios(results, "k4", "autoregressive")[4] == pytest.approx(40 / 36)
+  assert sweep_cells.ratios(results, "k4", "autoregressive")[4] == pytest.approx(40 / 36)
   assert sweep_report.stops_paying(results, "broken", "autoregressive") is None   # nothing measured
   # an unmeasured concurrency is skipped, not counted as a loss: k4's cell at 8 failed
   next(c for c in results["cells"] if c["system"] == "k4" and c["concurrency"] == 8).update(result=None, error="x")
@@ -100,18 +100,48 @@ def test_repeats_are_paired_by_repeat_and_their_median_reported(tmp_path):
   results["cells"] += [dict(cell, repeat=1, result=dict(cell["result"], output_throughput=cell["result"][
       "output_throughput"] * drift.get((cell["system"], 1), 1.0) / drift.get((cell["system"], 0), 1.0)))
                        for cell in results["cells"] if cell["system"] in ("autoregressive", "k4")]
-  paired = sweep_report.paired_ratios(results, "k4", "autoregressive")
+  paired = sweep_cells.paired_ratios(results, "k4", "autoregressive")
   assert paired[1] == pytest.approx([14 / 10, 14 * 0.6 / 1.1 / 5])
-  assert sweep_report.ratios(results, "k4", "autoregressive")[1] == pytest.approx((1.4 + 14 * 0.6 / 1.1 / 5) / 2)
-  assert sweep_report.ratios(results, "adaptive", "autoregressive")[1] == pytest.approx(15 / 10)  # one repeat
-  cell = sweep_report.measured(results)[("autoregressive", 1)]
+  assert sweep_cells.ratios(results, "k4", "autoregressive")[1] == pytest.approx((1.4 + 14 * 0.6 / 1.1 / 5) / 2)
+  assert sweep_cells.ratios(results, "adaptive", "autoregressive")[1] == pytest.approx(15 / 10)  # one repeat
+  cell = sweep_cells.measured(results)[("autoregressive", 1)]
   assert cell["output_throughput"] == pytest.approx(7.5) and cell["repeats"] == 2 and cell["completed"] == 8
   assert isinstance(cell["completed"], int)
-  assert sweep_report.median_result([{"completed": 2, "p99_tpot_ms": 3.0}, {"completed": 2}])["p99_tpot_ms"] is None
+  assert sweep_cells.median_result([{"completed": 2, "p99_tpot_ms": 3.0}, {"completed": 2}])["p99_tpot_ms"] is None
   results["config"].update(interleave=True, repeats=2)
   report = sweep_report.write_report(results, str(tmp_path))
   assert "Interleaved: every server up at once" in report and "median of 2 repeats" in report
   assert "c1:1.46 (1.40-1.53)" in report
+
+
+def test_the_targets_are_judged_on_paired_ratios(tmp_path):
+  """Each target's ratio per repeat and its median: the adaptive policy against the better of autoregressive and
+  k4 at each concurrency, speculative TPOT at concurrency 1, specjax against llama-server with and without drafts."""
+  results = _synthetic()
+  next(c for c in results["cells"] if c["system"] == "adaptive" and c["concurrency"] == 4)["result"] = _result(33.0, 4)
+  rows = {(row[0], row[1], row[2]): row for row in sweep_targets.target_rows(results)}
+  assert rows["median TPOT <= 0.667x", 1, "adaptive / autoregressive"][4] == pytest.approx(10 / 15)
+  assert rows["throughput >= 0.95x the better", 1, "adaptive / k4"][4:] == [pytest.approx(15 / 14), "yes"]
+  assert rows["throughput >= 0.95x the better", 4, "adaptive / k4"][4:] == [pytest.approx(33 / 40), "**no**"]
+  assert rows["throughput >= 0.95x the better", 8, "adaptive / autoregressive"][4] == pytest.approx(65 / 60)
+  assert rows["p99 TPOT <= 1.05x", 4, "adaptive / autoregressive"][4:] == [pytest.approx(36 / 33), "**no**"]
+  assert rows["throughput >= 1.0x", 8, "autoregressive / llama-server"][4:] == [pytest.approx(60 / 70), "**no**"]
+  assert rows["speculative throughput > 1.0x", 1, "adaptive / llama-server+draft"][4] == pytest.approx(15 / 14)
+  assert rows["speculative throughput > 1.0x", 4, "k4 / llama-server+draft"][4] == pytest.approx(40 / 45)
+  text = sweep_report.write_report(results, str(tmp_path))
+  assert "| throughput >= 0.95x the better | 4 | adaptive / k4 | 0.82 | 0.82 | **no** |" in text
+  # a second repeat of autoregressive alone, at half the throughput; results.json without the adaptive field
+  for cell in results["cells"]:
+    cell["repeat"] = 0
+  results["cells"] += [dict(cell, repeat=1, result=dict(cell["result"], output_throughput=cell["result"][
+      "output_throughput"] / 2)) for cell in results["cells"] if cell["system"] == "autoregressive"]
+  del results["systems"]["adaptive"]["adaptive"]
+  results["config"]["specjax"] = {"adaptive": {"drafter": "quantized", "adaptive": True}}
+  rows = {(row[0], row[1], row[2]): row for row in sweep_targets.target_rows(results)}
+  assert rows["throughput >= 0.95x the better", 8, "adaptive / k4"][3] == "1.18"   # k4 now the better by median
+  assert rows["throughput >= 1.0x", 8, "autoregressive / llama-server"][3] == "0.86"   # repeat 1 has no peer
+  assert sweep_targets.roles(results)["adaptive"] == ["adaptive"]
+  assert sweep_targets.target_rows({**results, "cells": []}) == []
 
 
 def _config(**changes):
@@ -251,7 +281,7 @@ def test_an_interleaved_sweep_keeps_every_server_up_and_rotates_the_order(tmp_pa
                    (1, 1, "lookup"), (1, 1, "autoregressive"), (1, 2, "autoregressive"), (1, 2, "lookup")]
   assert all(c["error"] is None and c["result"]["completed"] == 2 for c in results["cells"])
   assert all(0.05 < results["systems"][name]["rss_gib"] < 8 for name in ("autoregressive", "lookup"))
-  assert len(sweep_report.paired_ratios(results, "lookup", "autoregressive")[2]) == 2
+  assert len(sweep_cells.paired_ratios(results, "lookup", "autoregressive")[2]) == 2
   assert all(_port_is_closed(c["result"]["base_url"]) for c in results["cells"])
   assert "Interleaved" in open(tmp_path / "report.md").read()
 

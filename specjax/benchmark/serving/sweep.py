@@ -80,6 +80,7 @@ def _kind(s: dict, name: str) -> str:
 def _system_info(s: dict, name: str) -> dict:
   return {"kind": _kind(s, name),
           "speculative": sweep_config.speculates(s, name), "baselines": sweep_config.baselines(s, name),
+          "adaptive": name in s["specjax"] and bool(s["specjax"][name].get("adaptive", s["serve"].get("adaptive"))),
           "command": None, "log": os.path.join(s["output_dir"], "logs", f"{name}.log"), "startup_s": None,
           "warmup": None, "rss_gib": None, "error": None}
 
@@ -159,7 +160,7 @@ def rotated(names: list, by: int) -> list:
 def run_interleaved(s: dict, results: dict, save, log=print) -> None:
   """Every system's server up at once (started and warmed one after another, idle while the others run), then each
   cell run by every system back to back, in an order rotated per cell and repeat: the ratios between systems are
-  paired, minutes of machine drift apart no more (`sweep_report.paired_ratios`)."""
+  paired, minutes of machine drift apart no more (`sweep_cells.paired_ratios`)."""
   deferred = []
   with contextlib.ExitStack() as stack:
     live = {}

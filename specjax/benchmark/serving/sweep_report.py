@@ -4,70 +4,14 @@ concurrency at which its output throughput falls below its baseline's at the sam
 goodput and throughput against concurrency and against achieved output throughput, one line per system."""
 
 import os
-import statistics
 
 from specjax.benchmark.report import _fmt, _table
+from specjax.benchmark.serving import sweep_targets
+from specjax.benchmark.serving.sweep_cells import keys, measured, paired_ratios, ratios
 
 PLOT_METRICS = {"ttft": ("median_ttft_ms", "median TTFT (ms)"), "tpot": ("median_tpot_ms", "median TPOT (ms)"),
                 "goodput": ("request_goodput", "goodput (req/s)"),
                 "throughput": ("output_throughput", "output tokens / s")}
-
-
-def _runs(results: dict, kind: str) -> dict:
-  """{(system, concurrency or request rate): {repeat: result}} of the cells of that kind where a request completed."""
-  out = {}
-  for cell in results["cells"]:
-    result = cell.get("result")
-    if not result or not result.get("completed") or bool(cell.get("concurrency")) != (kind == "concurrency"):
-      continue
-    key = cell["concurrency"] if kind == "concurrency" else float(cell["request_rate"])
-    out.setdefault((cell["system"], key), {})[cell.get("repeat", 0)] = result
-  return out
-
-
-def median_result(runs: list[dict]) -> dict:
-  """One run as it is; several: each number their median (None where a run lacks it), the rest the first run's."""
-  if len(runs) == 1:
-    return runs[0]
-  out = dict(runs[0], repeats=len(runs))
-  for key, value in runs[0].items():
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-      values = [run.get(key) for run in runs]
-      median = None if any(v is None for v in values) else statistics.median(values)
-      whole = median is not None and isinstance(value, int) and float(median).is_integer()
-      out[key] = int(median) if whole else median
-  return out
-
-
-def measured(results: dict, kind: str = "concurrency") -> dict:
-  """{(system, concurrency or request rate): result} where a request completed (the median over repeats)."""
-  return {key: median_result(list(runs.values())) for key, runs in _runs(results, kind).items()}
-
-
-def _keys(results: dict, kind: str) -> list:
-  if kind == "concurrency":
-    return sorted({c["concurrency"] for c in results["cells"] if c.get("concurrency")})
-  return sorted({float(c["request_rate"]) for c in results["cells"] if not c.get("concurrency")})
-
-
-def paired_ratios(results: dict, system: str, baseline: str, kind: str = "concurrency") -> dict:
-  """{concurrency: [output throughput of system / baseline's, for each repeat both measured]}: an interleaved
-  sweep ran a repeat's cells of the two back to back, so each ratio is paired."""
-  runs = _runs(results, kind)
-  out = {}
-  for key in _keys(results, kind):
-    ours, base = runs.get((system, key), {}), runs.get((baseline, key), {})
-    found = [ours[r]["output_throughput"] / base[r]["output_throughput"] for r in sorted(ours)
-             if r in base and base[r]["output_throughput"] > 0]
-    if found:
-      out[key] = found
-  return out
-
-
-def ratios(results: dict, system: str, baseline: str, kind: str = "concurrency") -> dict:
-  """{concurrency: output throughput of system / baseline's} where both were measured (the paired ratios' median)."""
-  return {key: float(statistics.median(found)) for key, found in paired_ratios(results, system, baseline,
-                                                                                kind).items()}
 
 
 def stops_paying(results: dict, system: str, baseline: str) -> int | None:
@@ -122,10 +66,10 @@ def _tables(results: dict) -> list[str]:
   lines = []
   count = {(c.get("concurrency"), None if c.get("concurrency") else float(c["request_rate"])): c["num_prompts"]
            for c in results["cells"]}
-  for key in _keys(results, "concurrency"):
+  for key in keys(results, "concurrency"):
     lines += [f"## Concurrency {key} ({count[key, None]} requests, all sent at once)", "", cell_table(results, key),
               ""]
-  for key in _keys(results, "rate"):
+  for key in keys(results, "rate"):
     n = count[None, key]
     lines += [f"## {key:g} requests / s ({n} requests, Poisson arrivals, no concurrency limit)", "",
               cell_table(results, key, "rate"), ""]
@@ -181,7 +125,7 @@ def _header(results: dict) -> list[str]:
 
 def write_report(results: dict, output_dir: str, plots=()) -> str:
   """report.md in output_dir; returns its text."""
-  lines = _header(results) + stops_paying_section(results) + _tables(results)
+  lines = _header(results) + sweep_targets.targets_section(results) + stops_paying_section(results) + _tables(results)
   if plots:
     lines += ["## Plots", "", *[f"![{name}]({name})" for name in plots], ""]
   lines += failures_section(results)
