@@ -80,7 +80,7 @@ def _kind(s: dict, name: str) -> str:
 def _system_info(s: dict, name: str) -> dict:
   return {"kind": _kind(s, name),
           "speculative": sweep_config.speculates(s, name), "baselines": sweep_config.baselines(s, name),
-          "adaptive": name in s["specjax"] and bool(s["specjax"][name].get("adaptive", s["serve"].get("adaptive"))),
+          "adaptive": sweep_config.adapts(s, name),
           "command": None, "log": os.path.join(s["output_dir"], "logs", f"{name}.log"), "startup_s": None,
           "warmup": None, "rss_gib": None, "error": None}
 

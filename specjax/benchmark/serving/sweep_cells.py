@@ -41,15 +41,16 @@ def keys(results: dict, kind: str) -> list:
   return sorted({float(c["request_rate"]) for c in results["cells"] if not c.get("concurrency")})
 
 
-def paired_ratios(results: dict, system: str, baseline: str, kind: str = "concurrency") -> dict:
-  """{concurrency: [output throughput of system / baseline's, for each repeat both measured]}: an interleaved
-  sweep ran a repeat's cells of the two back to back, so each ratio is paired."""
+def paired_ratios(results: dict, system: str, baseline: str, kind: str = "concurrency",
+                  metric: str = "output_throughput") -> dict:
+  """{concurrency: [system's metric / baseline's, for each repeat both measured]}: an interleaved sweep ran a
+  repeat's cells of the two back to back, so each ratio is paired."""
   runs = by_repeat(results, kind)
   out = {}
   for key in keys(results, kind):
     ours, base = runs.get((system, key), {}), runs.get((baseline, key), {})
-    found = [ours[r]["output_throughput"] / base[r]["output_throughput"] for r in sorted(ours)
-             if r in base and base[r]["output_throughput"] > 0]
+    found = [ours[r][metric] / base[r][metric] for r in sorted(ours)
+             if r in base and ours[r].get(metric) is not None and base[r].get(metric)]
     if found:
       out[key] = found
   return out

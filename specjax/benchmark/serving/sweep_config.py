@@ -138,6 +138,12 @@ def speculates(s: dict, name: str) -> bool:
   return bool(s["specjax"][name].get("drafter", s["serve"].get("drafter", "")))
 
 
+def adapts(s: dict, name: str) -> bool:
+  """A specjax system under the adaptive policy (its override, else the serve config's)."""
+  overrides = (s.get("specjax") or {}).get(name)
+  return overrides is not None and bool(overrides.get("adaptive", (s.get("serve") or {}).get("adaptive", False)))
+
+
 def baselines(s: dict, name: str) -> list[str]:
   """What a speculative system is measured against: config.baseline, and for llama-server with a draft also the
   first llama-server system of the sweep without one (its own implementation, autoregressive)."""
