@@ -1,7 +1,9 @@
 // The packed kernel's inner loop (specjax/kernels/cpu_packed.cc) outside JAX, over tiles the size of SmolLM2-135M's
 // packed weights (30 layers of qkv, o, gate+up and down, and the tied head: 538 MB), two threads each taking half of
 // every weight's tiles: ms per pass at 1, 2, 5, 9 and 17 rows, with no software prefetch and with each step
-// prefetching the tile row `distance` rows ahead into L2 (T1) or L1 (T0). docs/results.md section 44.
+// prefetching the tile row `distance` rows ahead into L2 (T1) or L1 (T0) (docs/results.md section 44); "shared":
+// several groups of rows take turns over blocks of 64 tile rows, each prefetching its share of the next block (the
+// kernel since section 45).
 //
 //   g++ -O3 -mavx2 -mfma -std=c++17 -pthread docs/diagnostics/packed_prefetch.cc -o /tmp/packed_prefetch
 //   /tmp/packed_prefetch            # the whole model;  /tmp/packed_prefetch head  # the tied head alone
@@ -24,11 +26,12 @@ constexpr int kVecs = 3;
 constexpr int kGroupRows = 9;
 constexpr int64_t kBlockRows = 1024;
 
-struct Prefetch { int distance; int hint; };   // distance 0: none
+struct Prefetch { int distance; int hint; bool shared = false; };   // distance 0: none
 
 template <int R>
 __attribute__((target("avx512f"))) void TileRows(const float* x, int64_t k_dim, const float* tile, int64_t kc,
-                                                 float* y, int64_t ldy, bool accumulate, Prefetch pf) {
+                                                 float* y, int64_t ldy, bool accumulate, Prefetch pf,
+                                                 const float* next, int pass, int passes) {
   __m512 acc[R][kVecs];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kVecs; ++v)
@@ -36,7 +39,8 @@ __attribute__((target("avx512f"))) void TileRows(const float* x, int64_t k_dim, 
   for (int64_t k = 0; k < kc; ++k) {
     const float* w = tile + k * kTile;
     if (pf.distance) {
-      const char* ahead = reinterpret_cast<const char*>(w + pf.distance * kTile);
+      const float* row = passes > 1 ? next + (pass * kc + k) / passes * kTile : w + pf.distance * kTile;
+      const char* ahead = reinterpret_cast<const char*>(row);
       for (int line = 0; line < 3; ++line) {
         if (pf.hint == 1) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
         else _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
@@ -55,13 +59,14 @@ __attribute__((target("avx512f"))) void TileRows(const float* x, int64_t k_dim, 
 }
 
 __attribute__((target("avx512f"))) void Rows(int rows, const float* x, int64_t k_dim, const float* tile, int64_t kc,
-                                             float* y, int64_t ldy, bool acc, Prefetch pf) {
+                                             float* y, int64_t ldy, bool acc, Prefetch pf, const float* next,
+                                             int pass, int passes) {
   switch (rows) {
-    case 1: TileRows<1>(x, k_dim, tile, kc, y, ldy, acc, pf); break;
-    case 2: TileRows<2>(x, k_dim, tile, kc, y, ldy, acc, pf); break;
-    case 5: TileRows<5>(x, k_dim, tile, kc, y, ldy, acc, pf); break;
-    case 8: TileRows<8>(x, k_dim, tile, kc, y, ldy, acc, pf); break;
-    default: TileRows<9>(x, k_dim, tile, kc, y, ldy, acc, pf); break;
+    case 1: TileRows<1>(x, k_dim, tile, kc, y, ldy, acc, pf, next, pass, passes); break;
+    case 2: TileRows<2>(x, k_dim, tile, kc, y, ldy, acc, pf, next, pass, passes); break;
+    case 5: TileRows<5>(x, k_dim, tile, kc, y, ldy, acc, pf, next, pass, passes); break;
+    case 8: TileRows<8>(x, k_dim, tile, kc, y, ldy, acc, pf, next, pass, passes); break;
+    default: TileRows<9>(x, k_dim, tile, kc, y, ldy, acc, pf, next, pass, passes); break;
   }
 }
 
@@ -71,13 +76,15 @@ void Tiles(const float* x, const Weight& w, float* y, int64_t rows, int64_t t0, 
   const int64_t groups = (rows + kGroupRows - 1) / kGroupRows;
   for (int64_t t = t0; t < t1; ++t) {
     const float* tile = w.data + t * w.k * kTile;
-    for (int64_t k0 = 0; k0 < w.k; k0 += kBlockRows) {
-      const int64_t kc = std::min(kBlockRows, w.k - k0);
+    const bool shared = pf.shared && groups > 1;
+    const int64_t block = shared ? 64 : kBlockRows;
+    for (int64_t k0 = 0; k0 < w.k; k0 += block) {
+      const int64_t kc = std::min(block, w.k - k0);
       int64_t m = 0;
       for (int64_t g = 0; g < groups; ++g) {
         const int r = static_cast<int>((rows - m + groups - g - 1) / (groups - g));
         Rows(r, x + m * w.k + k0, w.k, tile + k0 * kTile, kc, y + m * w.tiles * kTile + t * kTile, w.tiles * kTile,
-             k0 > 0, pf);
+             k0 > 0, pf, tile + (k0 + kc) * kTile, static_cast<int>(g), shared ? static_cast<int>(groups) : 1);
         m += r;
       }
     }
@@ -105,7 +112,7 @@ int main(int argc, char** argv) {
   }
   std::vector<float> x(64 * 1536, 0.5f), y(64 * 49200), y2(64 * 49200);
   std::printf("tiles %.0f MB%s\n", bytes / 1e6, getenv("HUGE") ? " (huge pages)" : "");
-  const Prefetch variants[] = {{0, 0}, {8, 0}, {16, 0}, {8, 1}, {16, 1}, {24, 1}};
+  const Prefetch variants[] = {{0, 0}, {8, 0}, {16, 0}, {8, 1}, {16, 1}, {24, 1}, {16, 1, true}};
   for (int rows : {1, 2, 5, 9, 17}) {
     for (const Prefetch pf : variants) {
       std::vector<double> ms;
@@ -121,7 +128,8 @@ int main(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       const std::string how = pf.distance ? std::to_string(pf.distance) + " rows ahead, " + (pf.hint ? "T1" : "T0")
                                           : std::string("none");
-      std::printf("rows %2d, prefetch %s: %.1f ms (min %.1f)\n", rows, how.c_str(), ms[3], ms[0]);
+      const std::string shown = how + (pf.shared ? ", shared blocks" : "");
+      std::printf("rows %2d, prefetch %s: %.1f ms (min %.1f)\n", rows, shown.c_str(), ms[3], ms[0]);
     }
   }
 }

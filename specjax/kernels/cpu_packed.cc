@@ -5,8 +5,8 @@
 // A Linear kernel [K, N] read 48 columns at a time jumps N * 4 bytes per row, and the hardware prefetchers do not
 // keep up: a register-tiled 17-row product on it reached 45-65 GFLOP/s on one Zen 4 core, 90-110 on the same
 // numbers tiled (this project's CPU, peak about 113; docs/diagnostics/packed_linear.py times the kernels in JAX). Rows go through in groups of at most 9: 9 x 3 accumulators, 3 loads of W and
-// 9 broadcasts of x per row of the tile (31 of the 32 vector registers); a tile of up to kBlockRows rows stays in
-// L2 for the next group.
+// 9 broadcasts of x per row of the tile (31 of the 32 vector registers); several groups take turns over blocks of
+// the tile small enough to stay in L1.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -23,26 +23,38 @@ constexpr int64_t kTile = 48;          // floats per tile row: 3 AVX-512 vectors
 constexpr int kVecs = 3;
 constexpr int kGroupRows = 9;          // rows of x per pass over a tile: 27 accumulators, 3 W, 1 x
 constexpr int64_t kMaxRows = 64;
-constexpr int64_t kBlockRows = 1024;   // rows of K per pass (192 KiB of a tile: L2-resident for the next group)
-// Tile rows ahead that each step prefetches into L2 (3 KiB): without it an Intel AVX-512 core's prefetchers fall
-// behind once a step holds 5 or more rows' FMAs (17 rows over SmolLM2's weights, two cores: 43-47 against 33 ms;
-// 5 rows 32-35 against 23, the memory floor; docs/results.md section 44).
+// Rows of K per pass: one group passes over up to 1024 (192 KiB of a tile); several take turns over blocks of 64
+// (12 KiB, L1-resident for the groups after the first).
+constexpr int64_t kBlockRows = 1024, kSharedBlockRows = 64;
+// One group prefetches the tile row 16 rows (3 KiB) ahead into L2: without it an Intel AVX-512 core's prefetchers
+// fall behind once a step holds 5 or more rows' FMAs (17 rows over SmolLM2's weights, two cores: 43-47 against
+// 33 ms; 5 rows 32-35 against 23, the memory floor; docs/results.md section 44). Several groups share the
+// prefetch of the next block, each its 1/G: memory streams on while later groups compute from L1 (17 rows,
+// 2 MB pages: 25-27 against 27-28 ms; section 45).
 constexpr int64_t kPrefetchRows = 16;
 
 #define SPECJAX_AVX512 __attribute__((target("avx512f")))
+
+// Where pass `pass` of `passes` over a block prefetches: at step k, tile row (pass * kc + k) / passes of `ahead`.
+struct Prefetch {
+  const float* ahead;
+  int64_t pass, passes;
+};
 
 // y[R, tile] (+)= x[R, k0:k0+kc] @ tile[k0:k0+kc, :48], writing only the lanes in `lanes`; accumulate adds to
 // what y holds (blocks of K after the first).
 template <int R>
 SPECJAX_AVX512 void TileRows(const float* x, int64_t k_dim, const float* tile, int64_t kc, float* y, int64_t ldy,
-                             const __mmask16 (&lanes)[kVecs], bool accumulate) {
+                             const __mmask16 (&lanes)[kVecs], bool accumulate, Prefetch pf) {
   __m512 acc[R][kVecs];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kVecs; ++v)
       acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(lanes[v], y + r * ldy + 16 * v) : _mm512_setzero_ps();
+  int64_t ahead_row = pf.pass * kc / pf.passes, carry = pf.pass * kc % pf.passes;
   for (int64_t k = 0; k < kc; ++k) {
     const float* w = tile + k * kTile;
-    const char* ahead = reinterpret_cast<const char*>(w + kPrefetchRows * kTile);   // a hint: never faults
+    const char* ahead = reinterpret_cast<const char*>(pf.ahead + ahead_row * kTile);   // a hint: never faults
+    if (++carry == pf.passes) carry = 0, ++ahead_row;
     _mm_prefetch(ahead, _MM_HINT_T1);
     _mm_prefetch(ahead + 64, _MM_HINT_T1);
     _mm_prefetch(ahead + 128, _MM_HINT_T1);
@@ -59,17 +71,17 @@ SPECJAX_AVX512 void TileRows(const float* x, int64_t k_dim, const float* tile, i
 }
 
 SPECJAX_AVX512 void Rows(int rows, const float* x, int64_t k_dim, const float* tile, int64_t kc, float* y,
-                         int64_t ldy, const __mmask16 (&lanes)[kVecs], bool accumulate) {
+                         int64_t ldy, const __mmask16 (&lanes)[kVecs], bool accumulate, Prefetch pf) {
   switch (rows) {
-    case 1: TileRows<1>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    case 2: TileRows<2>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    case 3: TileRows<3>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    case 4: TileRows<4>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    case 5: TileRows<5>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    case 6: TileRows<6>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    case 7: TileRows<7>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    case 8: TileRows<8>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
-    default: TileRows<9>(x, k_dim, tile, kc, y, ldy, lanes, accumulate); break;
+    case 1: TileRows<1>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    case 2: TileRows<2>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    case 3: TileRows<3>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    case 4: TileRows<4>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    case 5: TileRows<5>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    case 6: TileRows<6>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    case 7: TileRows<7>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    case 8: TileRows<8>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
+    default: TileRows<9>(x, k_dim, tile, kc, y, ldy, lanes, accumulate, pf); break;
   }
   static_assert(kGroupRows == 9, "Rows' cases");
 }
@@ -87,12 +99,16 @@ SPECJAX_AVX512 void Tiles(const float* x, const float* tiles, float* y, int64_t 
       lanes[v] = static_cast<__mmask16>((uint32_t{1} << n) - 1);
     }
     const float* tile = tiles + t * k_dim * kTile;
-    for (int64_t k0 = 0; k0 < k_dim; k0 += kBlockRows) {
-      const int64_t kc = std::min(kBlockRows, k_dim - k0);
+    const int64_t block = groups == 1 ? kBlockRows : kSharedBlockRows;
+    for (int64_t k0 = 0; k0 < k_dim; k0 += block) {
+      const int64_t kc = std::min(block, k_dim - k0);
+      // the tiles follow one another in memory: past a tile's last block comes the next tile's first
+      const float* ahead = tile + (groups == 1 ? k0 + kPrefetchRows : k0 + kc) * kTile;
       int64_t m = 0;
       for (int64_t g = 0; g < groups; ++g) {
         const int rows = static_cast<int>((m_rows - m + groups - g - 1) / (groups - g));
-        Rows(rows, x + m * k_dim + k0, k_dim, tile + k0 * kTile, kc, y + m * n_dim + t * kTile, n_dim, lanes, k0 > 0);
+        Rows(rows, x + m * k_dim + k0, k_dim, tile + k0 * kTile, kc, y + m * n_dim + t * kTile, n_dim, lanes, k0 > 0,
+             Prefetch{ahead, g, groups});
         m += rows;
       }
     }

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specjax import host_memory
 from specjax.kernels import build
 from specjax.kernels import linear
 
@@ -248,6 +249,8 @@ def packed_params(model) -> nnx.State:
         else:
           var = var.replace(PackedKernel(kernel=w, tiles=None, member=group.index(path)))
       leaves.append((path, var))
+    tiles = [var[...].tiles for _, var in leaves if isinstance(var[...], PackedKernel) and var[...].tiles is not None]
+    log.info("packed tiles on 2 MB pages: %d MB", host_memory.back_with_huge_pages(tiles) >> 20)
     _CACHE[model] = _with_min_rows(leaves)
   return _CACHE[model]
 
