@@ -45,27 +45,53 @@ def relaunch_with_huge_pages() -> None:
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
-def huge_interior(address: int, nbytes: int) -> tuple[int, int]:
-  """The 2 MB-aligned [start, end) inside a buffer (empty, start >= end, when it holds no whole huge page)."""
-  return -(-address // HUGE_PAGE) * HUGE_PAGE, (address + nbytes) // HUGE_PAGE * HUGE_PAGE
+def anonymous_regions(maps: str) -> list[tuple[int, int]]:
+  """[low, high) of each private, writable anonymous mapping in a /proc/<pid>/maps text ([heap] included): where
+  malloc's arenas and chunks live. Neighbours stay apart: a huge page must not straddle two mappings."""
+  regions = []
+  for line in maps.splitlines():
+    fields = line.split()
+    if len(fields) < 5 or fields[1] != "rw-p" or fields[4] != "0" or (len(fields) > 5 and fields[5] != "[heap]"):
+      continue
+    low, high = (int(v, 16) for v in fields[0].split("-"))
+    regions.append((low, high))
+  return regions
+
+
+def huge_ranges(buffers, regions) -> list[tuple[int, int]]:
+  """The 2 MB pages that hold the (address, nbytes) `buffers`, within whole pages of the anonymous regions they lie
+  in (a page may hold a neighbour's bytes too, never another mapping's), merged into [start, end) per region."""
+  ranges = set()
+  for address, nbytes in buffers:
+    for low, high in regions:
+      start = max(address // HUGE_PAGE, -(-low // HUGE_PAGE)) * HUGE_PAGE
+      end = min(-(-(address + nbytes) // HUGE_PAGE), high // HUGE_PAGE) * HUGE_PAGE
+      if end > start:
+        ranges.add((low, start, end))
+  merged: list[tuple[int, int, int]] = []
+  for region, start, end in sorted(ranges):
+    if merged and merged[-1][0] == region and start <= merged[-1][2]:
+      merged[-1] = (region, merged[-1][1], max(end, merged[-1][2]))
+    else:
+      merged.append((region, start, end))
+  return [(start, end) for _, start, end in merged]
 
 
 def back_with_huge_pages(arrays) -> int:
   """Moves the host buffers of `arrays` (jax.Arrays on CPU) onto 2 MB pages now: madvise MADV_HUGEPAGE, then
-  MADV_COLLAPSE, on each buffer's aligned interior. XLA allocates weights on 4 KB pages, and a kernel streaming
-  them misses the TLB every 4 KB (docs/results.md section 45). A hint: returns the bytes collapsed, 0 where the
-  kernel has no huge pages for this process, and leaves the contents as they are. SPECJAX_HUGE_PAGES=0: off."""
+  MADV_COLLAPSE, over the huge pages that hold them (`huge_ranges`). XLA allocates weights on 4 KB pages, and a
+  kernel streaming them misses the TLB every 4 KB (docs/results.md section 45). A hint: returns the bytes collapsed,
+  0 where the kernel has no huge pages for this process; contents stay as they are. SPECJAX_HUGE_PAGES=0: off."""
   if os.environ.get("SPECJAX_HUGE_PAGES", "1") == "0" or thp_mode() not in ("always", "madvise"):
     return 0
+  buffers = [(shard.data.unsafe_buffer_pointer(), shard.data.nbytes) for array in arrays
+             for shard in array.addressable_shards if shard.device.platform == "cpu"]
+  with open("/proc/self/maps") as f:
+    ranges = huge_ranges(buffers, anonymous_regions(f.read()))
   madvise = ctypes.CDLL(None, use_errno=True).madvise
   madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
   collapsed = 0
-  for array in arrays:
-    for shard in array.addressable_shards:
-      if shard.device.platform != "cpu":
-        continue
-      start, end = huge_interior(shard.data.unsafe_buffer_pointer(), shard.data.nbytes)
-      if end > start and madvise(start, end - start, MADV_HUGEPAGE) == 0 and \
-          madvise(start, end - start, MADV_COLLAPSE) == 0:
-        collapsed += end - start
+  for start, end in ranges:
+    if madvise(start, end - start, MADV_HUGEPAGE) == 0 and madvise(start, end - start, MADV_COLLAPSE) == 0:
+      collapsed += end - start
   return collapsed

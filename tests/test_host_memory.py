@@ -38,12 +38,20 @@ def test_a_script_relaunches_itself_once_with_the_tunable(tmp_path):
   assert off.stdout.split() == ["started", "-"]
 
 
-def test_the_huge_interior_is_the_whole_2mb_pages_inside_a_buffer():
+def test_huge_pages_hold_a_buffer_within_its_anonymous_region():
   page = host_memory.HUGE_PAGE
-  assert host_memory.huge_interior(page + 8, 3 * page) == (2 * page, 4 * page)
-  assert host_memory.huge_interior(2 * page, 2 * page) == (2 * page, 4 * page)
-  start, end = host_memory.huge_interior(page + 8, page)
-  assert end <= start   # no whole huge page inside
+  maps = (f"{page:x}-{5 * page:x} rw-p 00000000 00:00 0 \n"
+          f"{5 * page:x}-{8 * page + 4096:x} rw-p 00000000 00:00 0 [heap]\n"
+          f"{8 * page + 4096:x}-{8 * page + 8192:x} ---p 00000000 00:00 0 \n"          # a guard page
+          f"{8 * page + 8192:x}-{12 * page:x} r--p 00000000 fd:01 1234 /usr/lib/libc.so\n"
+          f"{12 * page:x}-{20 * page:x} rw-p 00000000 00:00 0 [stack]\n")
+  regions = host_memory.anonymous_regions(maps)
+  assert regions == [(page, 5 * page), (5 * page, 8 * page + 4096)]
+  # two buffers sharing a page merge; a buffer across two mappings gets the whole pages of each; the guard page,
+  # the file and the stack are left alone
+  assert host_memory.huge_ranges([(page + 8, page), (2 * page + 8, 10), (4 * page, 6 * page)], regions) == [
+      (page, 3 * page), (4 * page, 5 * page), (5 * page, 8 * page)]
+  assert host_memory.huge_ranges([(9 * page, page), (13 * page, page)], regions) == []
 
 
 def _huge_kb_of_mapping(address: int) -> int:
@@ -76,6 +84,7 @@ def test_weights_move_onto_huge_pages_with_their_contents(monkeypatch):
     return
   if collapsed == 0:
     pytest.skip("this kernel collapsed nothing (MADV_COLLAPSE needs Linux >= 6.1)")
-  start, end = host_memory.huge_interior(weights.unsafe_buffer_pointer(), weights.nbytes)
-  assert collapsed == end - start >= 4 * host_memory.HUGE_PAGE
-  assert _huge_kb_of_mapping(start) * 1024 >= collapsed
+  page = host_memory.HUGE_PAGE
+  assert collapsed >= 4 * page   # 6 pages' bytes; a mapping of their own (glibc's for 12 MB) holds 5 whole pages
+  middle = (weights.unsafe_buffer_pointer() + weights.nbytes // 2) // page * page
+  assert _huge_kb_of_mapping(middle) * 1024 >= 4 * page

@@ -86,9 +86,14 @@ inline __m256 ExpNonPositive(__m256 x) {
 
 // scores[0:n] = exp(scores - max); returns their sum.
 float SoftmaxNumerators(float* scores, int64_t n) {
-  float max_score = -INFINITY;
-  for (int64_t key = 0; key < n; ++key) max_score = std::max(max_score, scores[key]);
-  const __m256 max_v = _mm256_set1_ps(max_score);
+  __m256 max_v = _mm256_set1_ps(-INFINITY);   // eight running maxima: one serial chain of n compares was slower
+  int64_t tail = 0;
+  for (; tail + 8 <= n; tail += 8) max_v = _mm256_max_ps(max_v, _mm256_loadu_ps(scores + tail));
+  alignas(32) float maxima[8];
+  _mm256_store_ps(maxima, max_v);
+  float max_score = *std::max_element(maxima, maxima + 8);
+  for (; tail < n; ++tail) max_score = std::max(max_score, scores[tail]);
+  max_v = _mm256_set1_ps(max_score);
   __m256 sum_v = _mm256_setzero_ps();
   int64_t key = 0;
   for (; key + 8 <= n; key += 8) {
