@@ -10,8 +10,9 @@ tiles of all of them side by side and one kernel call computes the group (`dense
 (SmolLM2, one row: those matmuls 7% faster, a whole decode step about 1%, docs/diagnostics/fused_projections.py).
 
 Which kernel wins at a few rows depends on the CPU (a Zen 4 core: packed from one row; an Intel AVX-512 Xeon: the
-plain one at 1-2 rows, docs/results.md sections 43-44), so `packed_params` times both over the model's own weights
-(`calibrate`) and rows below the view's `min_rows` take the plain skinny kernel (`cpu_linear.cc`).
+plain one at 1-2 rows on 4 KB pages, the packed one from one row since its tiles moved to 2 MB pages at load,
+`host_memory.back_with_huge_pages`; docs/results.md sections 43-45), so `packed_params` times both over the model's
+own weights (`calibrate`) and rows below the view's `min_rows` take the plain skinny kernel (`cpu_linear.cc`).
 """
 
 import functools
