@@ -4,9 +4,10 @@
 //
 // A Linear kernel [K, N] read 48 columns at a time jumps N * 4 bytes per row, and the hardware prefetchers do not
 // keep up: a register-tiled 17-row product on it reached 45-65 GFLOP/s on one Zen 4 core, 90-110 on the same
-// numbers tiled (this project's CPU, peak about 113; docs/diagnostics/packed_linear.py times the kernels in JAX). Rows go through in groups of at most 9: 9 x 3 accumulators, 3 loads of W and
-// 9 broadcasts of x per row of the tile (31 of the 32 vector registers); several groups take turns over blocks of
-// the tile small enough to stay in L1.
+// numbers tiled (this project's CPU, peak about 113; docs/diagnostics/packed_linear.py times the kernels in JAX).
+// Rows go through in groups of at most 9: 9 x 3 accumulators, 3 loads of W and 9 broadcasts of x per row of the
+// tile (31 of the 32 vector registers); several groups take turns over blocks of the tile small enough to stay in
+// L1.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -133,7 +134,9 @@ ffi::Error PackedLinear(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
   if (n_dim > n_tiles * kTile || n_dim <= (n_tiles - 1) * kTile) {
     return ffi::Error::InvalidArgument("specjax_cpu_packed_linear: N does not match the number of tiles");
   }
-  if (m_rows > kMaxRows) return ffi::Error::InvalidArgument("specjax_cpu_packed_linear: more rows than the kernel takes");
+  if (m_rows > kMaxRows) {
+    return ffi::Error::InvalidArgument("specjax_cpu_packed_linear: more rows than the kernel takes");
+  }
   static const bool avx512 = CpuHasAvx512();
   if (!avx512) return ffi::Error::InvalidArgument("specjax_cpu_packed_linear needs AVX-512 (see packed.available())");
   if (m_rows == 0 || n_dim == 0) return ffi::Error::Success();
