@@ -26,6 +26,11 @@ def thp_mode(path: str = THP_ENABLED) -> str:
   return text[text.find("[") + 1:text.find("]")] if "[" in text else ""
 
 
+def turned_off() -> bool:
+  """SPECJAX_HUGE_PAGES=0: neither the relaunch nor the weights' collapse asks for huge pages."""
+  return os.environ.get("SPECJAX_HUGE_PAGES", "1") == "0"
+
+
 def huge_page_env(environ: dict, mode: str) -> dict | None:
   """The environment that asks glibc for huge pages, or None where nothing needs changing (the kernel backs every
   mapping with them anyway, has none, or the tunable is set already)."""
@@ -38,7 +43,7 @@ def huge_page_env(environ: dict, mode: str) -> dict | None:
 def relaunch_with_huge_pages() -> None:
   """Re-executes this script (same pid, argv and interpreter) with `huge_page_env`, when it changes anything; call
   first thing in a script's main module. SPECJAX_HUGE_PAGES=0 turns it off."""
-  if os.environ.get("SPECJAX_HUGE_PAGES", "1") == "0":
+  if turned_off():
     return
   env = huge_page_env(dict(os.environ), thp_mode())
   if env is not None:
@@ -82,7 +87,7 @@ def back_with_huge_pages(arrays) -> int:
   MADV_COLLAPSE, over the huge pages that hold them (`huge_ranges`). XLA allocates weights on 4 KB pages, and a
   kernel streaming them misses the TLB every 4 KB (docs/results.md section 45). A hint: returns the bytes collapsed,
   0 where the kernel has no huge pages for this process; contents stay as they are. SPECJAX_HUGE_PAGES=0: off."""
-  if os.environ.get("SPECJAX_HUGE_PAGES", "1") == "0" or thp_mode() not in ("always", "madvise"):
+  if turned_off() or thp_mode() not in ("always", "madvise"):
     return 0
   buffers = [(shard.data.unsafe_buffer_pointer(), shard.data.nbytes) for array in arrays
              for shard in array.addressable_shards if shard.device.platform == "cpu"]
