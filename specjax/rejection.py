@@ -9,7 +9,7 @@ q this is greedy verification: accept while the draft equals the target's argmax
 import jax
 import jax.numpy as jnp
 
-from specjax.sampling import sample
+from specjax.sampling import greedy_tokens, sample
 
 
 def accept(p_BxK1xV: jax.Array, q_BxKxV: jax.Array, draft_BxK: jax.Array, keys_B: jax.Array, *,
@@ -31,7 +31,7 @@ def accept(p_BxK1xV: jax.Array, q_BxKxV: jax.Array, draft_BxK: jax.Array, keys_B
   rows = jnp.arange(batch)
   p_at_B = p_BxK1xV[rows, n_accepted_B]
   if greedy:
-    return n_accepted_B.astype(jnp.int32), jnp.argmax(p_at_B, axis=-1).astype(jnp.int32)
+    return n_accepted_B.astype(jnp.int32), greedy_tokens(p_at_B)
   residual_BxV = jnp.maximum(p_at_B - q_padded[rows, n_accepted_B], 0.0)
   mass_B1 = residual_BxV.sum(axis=-1, keepdims=True)
   # mass is 0 only when p == q (where rejection has probability 0): fall back to p.

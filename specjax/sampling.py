@@ -45,7 +45,7 @@ def distribution(logits_xV: jax.Array, sampling: SamplingParams) -> jax.Array:
   logits = logits_xV.astype(jnp.float32)
   vocab = logits.shape[-1]
   if sampling.greedy:
-    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), vocab, dtype=jnp.float32)
+    return jax.nn.one_hot(greedy_tokens(logits), vocab, dtype=jnp.float32)
   logits = logits / sampling.temperature
   if 0 < sampling.top_k < vocab:
     kth_largest = jax.lax.top_k(logits, sampling.top_k)[0][..., -1:]
@@ -54,6 +54,25 @@ def distribution(logits_xV: jax.Array, sampling: SamplingParams) -> jax.Array:
   if sampling.top_p < 1.0:
     probs = _nucleus(probs, sampling.top_p)
   return probs
+
+
+def greedy_tokens(logits_xV: jax.Array) -> jax.Array:
+  """The argmax over the last axis (ties to the lowest id) as a max, then the least index that holds it: two
+  vectorized reductions, where XLA:CPU's argmax, one variadic reduction, took 2-4x as long over 49,152 logits."""
+  vocab = logits_xV.shape[-1]
+  max_x1 = jnp.max(logits_xV, axis=-1, keepdims=True)
+  index_xV = jax.lax.broadcasted_iota(jnp.int32, logits_xV.shape, logits_xV.ndim - 1)
+  first = jnp.min(jnp.where(logits_xV == max_x1, index_xV, vocab), axis=-1)
+  return jnp.minimum(first, vocab - 1)  # NaN logits match nothing: stay in range
+
+
+def draw_tokens(keys_B: jax.Array, logits_BxV: jax.Array, sampling: SamplingParams) -> tuple[jax.Array, jax.Array]:
+  """(token_B, probs_BxV): one token per row drawn from `distribution`, the rule target and drafts share; greedy
+  takes the argmax without a draw."""
+  probs_BxV = distribution(logits_BxV, sampling)
+  if sampling.greedy:
+    return greedy_tokens(probs_BxV), probs_BxV
+  return jax.vmap(sample)(keys_B, probs_BxV), probs_BxV
 
 
 def _nucleus(probs_xV: jax.Array, top_p: float) -> jax.Array:

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.sampling import SamplingParams, distribution, sample
+from specjax.sampling import SamplingParams, distribution, draw_tokens, greedy_tokens, sample
 
 
 def reference(logits, temperature, top_k, top_p):
@@ -51,3 +51,26 @@ def test_sample_never_draws_zero_probability_tokens():
 def test_sampling_params_are_static_and_hashable():
   assert hash(SamplingParams(0.5, 3, 0.9)) == hash(SamplingParams(0.5, 3, 0.9))
   assert SamplingParams(temperature=0).greedy and not SamplingParams().greedy
+
+
+def test_greedy_tokens_is_argmax_with_ties_to_the_lowest_id():
+  logits = np.array(jax.random.normal(jax.random.key(3), (6, 5, 49152)))
+  logits[0, 0, [7, 300, 49000]] = 50.0      # a tie: the lowest id wins, as jnp.argmax
+  logits[1, 2, :] = -np.inf
+  logits[1, 2, 49151] = 0.0                 # the last id, behind -inf everywhere else
+  ours = np.asarray(greedy_tokens(jnp.asarray(logits)))
+  np.testing.assert_array_equal(ours, np.argmax(logits, axis=-1))
+  assert ours[0, 0] == 7 and ours[1, 2] == 49151
+  assert 0 <= int(greedy_tokens(jnp.full((4,), jnp.nan))) < 4  # NaN logits still give an id in range
+
+
+def test_draw_tokens_greedy_is_the_one_hot_argmax_and_sampled_follows_distribution():
+  logits = jax.random.normal(jax.random.key(4), (3, 50))
+  keys = jax.random.split(jax.random.key(5), 3)
+  tokens, probs = draw_tokens(keys, logits, SamplingParams(temperature=0.0))
+  np.testing.assert_array_equal(tokens, np.argmax(logits, axis=-1))
+  np.testing.assert_array_equal(probs, distribution(logits, SamplingParams(temperature=0.0)))
+  sampling = SamplingParams(temperature=0.7, top_k=5)
+  tokens, probs = draw_tokens(keys, logits, sampling)
+  np.testing.assert_array_equal(tokens, jax.vmap(sample)(keys, distribution(logits, sampling)))
+  np.testing.assert_allclose(probs, distribution(logits, sampling))

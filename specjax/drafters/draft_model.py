@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from specjax.cache import init_cache
 from specjax.drafters.base import Drafter
 from specjax.model import Model
-from specjax.sampling import distribution, sample
+from specjax.sampling import draw_tokens
 from specjax.trees.grow import entries_in_node_order, grow
 from specjax.trees.layout import compact_path
 
@@ -81,8 +81,7 @@ class DraftModel(Drafter):
     keys_KxB = jnp.moveaxis(jax.vmap(lambda key: jax.random.split(key, k))(keys_B), 1, 0)
 
     def draw(logits_BxV, keys):
-      q_BxV = distribution(logits_BxV, sampling)
-      return jax.vmap(sample)(keys, q_BxV), q_BxV
+      return draw_tokens(keys, logits_BxV, sampling)
 
     def step(carry, inputs):
       cache, logits_BxV = carry

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.model import Model
-from specjax.sampling import distribution, sample
+from specjax.sampling import draw_tokens
 
 
 def output_matrix(target: Model) -> jax.Array:
@@ -52,8 +52,7 @@ def embed_tokens(frozen: dict, tokens) -> jax.Array:
 
 def draw(frozen: dict, hidden_BxD: jax.Array, sampling, keys_B: jax.Array) -> tuple[jax.Array, jax.Array]:
   """One draft token per row and the q it was drawn from, through `specjax.sampling.distribution`."""
-  q_BxV = distribution(vocab_logits(frozen, hidden_BxD), sampling)
-  return jax.vmap(sample)(keys_B, q_BxV), q_BxV
+  return draw_tokens(keys_B, vocab_logits(frozen, hidden_BxD), sampling)
 
 
 def most_frequent_tokens(counts_V: np.ndarray, size: int, always=(), tie_break_V=None) -> np.ndarray:

@@ -12,7 +12,7 @@ from specjax.cache import init_cache
 from specjax.drafters.base import TargetFeatures
 from specjax.engine.state import DecodeState, budget_spent, empty_round_log, is_eos, round_keys
 from specjax.rejection import accept
-from specjax.sampling import distribution, sample
+from specjax.sampling import distribution, draw_tokens
 from specjax.trees.layout import compact_path, tree_layout
 from specjax.trees.ranks import path_ranks
 from specjax.trees.rejection import accept_tree
@@ -47,8 +47,7 @@ def score(target, tokens_BxT, positions_BxT, cache, feature_layers=None, tree=No
 def sample_tokens(keys_B, logits_BxV, sampling):
   """(token_B, probs_BxV): one token per row from the sampling distribution of its logits (the rule target and
   draft share), and that distribution."""
-  probs_BxV = distribution(logits_BxV, sampling)
-  return jax.vmap(sample)(keys_B, probs_BxV), probs_BxV
+  return draw_tokens(keys_B, logits_BxV, sampling)
 
 
 def accept_drafts(logits_BxK1xV, q_BxKxV, draft_BxK, keys_B, sampling):

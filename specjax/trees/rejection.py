@@ -23,7 +23,7 @@ one child) under "sample" is the chain's modified rejection sampling.
 import jax
 import jax.numpy as jnp
 
-from specjax.sampling import sample
+from specjax.sampling import greedy_tokens, sample
 
 BRANCHINGS = ("top_k", "sample")
 
@@ -33,7 +33,22 @@ def _normalized(x_V, fallback_V):
   return jnp.where(mass > 0, x_V / jnp.where(mass > 0, mass, 1.0), fallback_V)
 
 
-def _accept_row(p_N1xV, q_N1xV, tokens_N, parent_N, key, branching: str, greedy: bool):
+def _accept_row_greedy(target_N1, tokens_N, parent_N):
+  """Greedy: a node is accepted when it is a child of the current node and the target's argmax there; token ids
+  only, no distribution carried through the walk."""
+  def visit(i, carry):
+    current, path_N, depth = carry
+    accepted = (parent_N[i] == current) & (tokens_N[i] == target_N1[current + 1])
+    path_N = jnp.where(accepted, path_N.at[depth].set(i), path_N)
+    return jnp.where(accepted, i, current), path_N, depth + accepted.astype(jnp.int32)
+
+  n = tokens_N.shape[0]
+  current, path_N, depth = jax.lax.fori_loop(0, n, visit, (jnp.int32(-1), jnp.full((n,), -1, jnp.int32),
+                                                            jnp.int32(0)))
+  return path_N, depth, target_N1[current + 1]
+
+
+def _accept_row(p_N1xV, q_N1xV, tokens_N, parent_N, key, branching: str):
   n = tokens_N.shape[0]
   node_key, final_key = jax.random.split(key)
   u_N = jax.random.uniform(node_key, (n,))
@@ -43,10 +58,7 @@ def _accept_row(p_N1xV, q_N1xV, tokens_N, parent_N, key, branching: str, greedy:
     x = tokens_N[i]
     is_child = parent_N[i] == current
     p_here_V = p_N1xV[current + 1]
-    if greedy:
-      ok = x == jnp.argmax(p_here_V)
-      r_rejected, s_rejected = r_V, s_V
-    elif branching == "top_k":
+    if branching == "top_k":
       ok = u_N[i] * r_V.sum() < r_V[x]
       r_rejected, s_rejected = r_V.at[x].set(0.0), s_V
     else:
@@ -64,8 +76,6 @@ def _accept_row(p_N1xV, q_N1xV, tokens_N, parent_N, key, branching: str, greedy:
   start = (jnp.int32(-1), p_N1xV[0], q_N1xV[0], jnp.full((n,), -1, jnp.int32), jnp.int32(0))
   current, r_V, _, path_N, depth = jax.lax.fori_loop(0, n, visit, start)
   p_here_V = p_N1xV[current + 1]
-  if greedy:
-    return path_N, depth, jnp.argmax(p_here_V).astype(jnp.int32)
   return path_N, depth, sample(final_key, _normalized(r_V, p_here_V)).astype(jnp.int32)
 
 
@@ -80,5 +90,8 @@ def accept_tree(p_BxN1xV: jax.Array, q_BxN1xV: jax.Array, tokens_BxN: jax.Array,
   if p_BxN1xV.shape[1] != n + 1 or q_BxN1xV.shape[1] != n + 1 or parent_BxN.shape != tokens_BxN.shape:
     raise ValueError(f"a tree of {n} nodes needs p and q at {n + 1} contexts (root first) and one parent per node; "
                      f"got p {p_BxN1xV.shape}, q {q_BxN1xV.shape}, parents {parent_BxN.shape}")
-  return jax.vmap(lambda p, q, t, a, k: _accept_row(p, q, t, a, k, branching, greedy))(
-      p_BxN1xV, q_BxN1xV, tokens_BxN.astype(jnp.int32), parent_BxN.astype(jnp.int32), keys_B)
+  tokens_BxN, parent_BxN = tokens_BxN.astype(jnp.int32), parent_BxN.astype(jnp.int32)
+  if greedy:
+    return jax.vmap(_accept_row_greedy)(greedy_tokens(p_BxN1xV), tokens_BxN, parent_BxN)
+  return jax.vmap(lambda p, q, t, a, k: _accept_row(p, q, t, a, k, branching))(p_BxN1xV, q_BxN1xV, tokens_BxN,
+                                                                                parent_BxN, keys_B)

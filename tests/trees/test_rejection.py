@@ -130,6 +130,24 @@ def test_greedy_tree_follows_the_target_argmax(branching):
   assert counts[expected == 1].sum() == 2000
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_greedy_walk_equals_the_general_rule_on_one_hot_p(seed):
+  """The greedy walk reads token ids only; on one-hot p the target-only rule makes the same choices whatever the
+  uniforms (a child is accepted iff it holds all the mass), so the two agree node for node."""
+  rng = np.random.default_rng(seed)
+  batch, n, vocab = 8, 7, 5
+  parents = np.asarray([-1, -1, 0, 0, 1, 2, 2])
+  tokens = rng.integers(0, vocab, (batch, n))
+  p = jax.nn.one_hot(rng.integers(0, vocab, (batch, n + 1)), vocab)
+  keys = jax.random.split(jax.random.key(seed), batch)
+  args = (p, p, jnp.asarray(tokens), jnp.broadcast_to(jnp.asarray(parents), (batch, n)), keys)
+  greedy = accept_tree(*args, branching="top_k", greedy=True)
+  general = accept_tree(*args, branching="top_k")
+  for ours, theirs in zip(greedy, general):
+    np.testing.assert_array_equal(ours, theirs)
+  assert int(greedy[1].max()) >= 1   # some rows accept a node
+
+
 def test_the_sampled_rule_on_top_k_children_fails():
   counts, p = sampled_joint(SamplingParams(temperature=1.0), 2, 2, draw="top_k", rule="sample")
   assert chi_square_pvalue(counts, target_joint(p)) < ALPHA
