@@ -52,20 +52,27 @@ def has_avx512() -> bool:
   return "avx512f" in cpu_flags()
 
 
-def _cache_dir() -> str:
+def cache_dir() -> str:
   return os.path.expanduser(os.environ.get("SPECJAX_KERNEL_CACHE", "~/.cache/specjax/kernels"))
 
 
-def _compile(compiler: str) -> str:
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+  """What the kernels' library is built from (sources, headers, flags, jaxlib), as 16 hex digits: it names the
+  library and keys what is measured on it (`kernels.calibration_cache`)."""
   digest = hashlib.sha256(jaxlib.__version__.encode() + " ".join(FLAGS).encode())
   for name in SOURCES + HEADERS:
     with open(name, "rb") as f:
       digest.update(f.read())
-  path = os.path.join(_cache_dir(), f"cpu_kernels-{digest.hexdigest()[:16]}.so")
+  return digest.hexdigest()[:16]
+
+
+def _compile(compiler: str) -> str:
+  path = os.path.join(cache_dir(), f"cpu_kernels-{source_digest()}.so")
   if os.path.exists(path):
     return path
-  os.makedirs(_cache_dir(), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(suffix=".so", dir=_cache_dir())
+  os.makedirs(cache_dir(), exist_ok=True)
+  fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir())
   os.close(fd)
   try:
     subprocess.run([compiler, *FLAGS, f"-I{jax.ffi.include_dir()}", *SOURCES, "-o", tmp], check=True,

@@ -12,7 +12,8 @@ tiles of all of them side by side and one kernel call computes the group (`dense
 Which kernel wins at a few rows depends on the CPU (a Zen 4 core: packed from one row; an Intel AVX-512 Xeon: the
 plain one at 1-2 rows on 4 KB pages, the packed one from one row since its tiles moved to 2 MB pages at load,
 `host_memory.back_with_huge_pages`; docs/results.md sections 43-45), so `packed_params` times both over the model's
-own weights (`calibrate`) and rows below the view's `min_rows` take the plain skinny kernel (`cpu_linear.cc`).
+own weights (`calibrate`, once per CPU, kernels and shapes: `calibration_cache`) and rows below the view's
+`min_rows` take the plain skinny kernel (`cpu_linear.cc`).
 """
 
 import functools
@@ -30,7 +31,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax import host_memory
-from specjax.kernels import build
+from specjax.kernels import build, calibration_cache
 from specjax.kernels import linear
 
 log = logging.getLogger(__name__)
@@ -261,10 +262,14 @@ def _with_min_rows(leaves: list) -> nnx.State:
   decides): a static field, so programs traced for one model's choice are not reused for another's."""
   weights = [var[...] for _, var in leaves if isinstance(var[...], PackedKernel)]
   if env_min_rows() is None and weights:
-    seconds = calibrate(weights)
-    fewest = threshold(seconds)
-    log.info("packed kernel from %d rows: ms per pass, plain / packed, by rows: %s", fewest,
-             {r: f"{1e3 * a:.2f} / {1e3 * b:.2f}" for r, (a, b) in seconds.items()})
+    key = calibration_cache.cache_key([w.kernel.shape + (w.transposed,) for w in weights], LADDER)
+    fewest = calibration_cache.load(key)
+    if fewest is None:
+      seconds = calibrate(weights)
+      fewest = threshold(seconds)
+      calibration_cache.store(key, fewest, seconds)
+      log.info("packed kernel from %d rows: ms per pass, plain / packed, by rows: %s", fewest,
+               {r: f"{1e3 * a:.2f} / {1e3 * b:.2f}" for r, (a, b) in seconds.items()})
     leaves = [(path, var.replace(var[...].replace(min_rows=fewest)) if isinstance(var[...], PackedKernel) else var)
               for path, var in leaves]
   return nnx.from_flat_state(leaves)

@@ -1,6 +1,9 @@
 """Packed float32 weights (`specjax.kernels.packed`): the tile layout, the kernel against float64 products for every
 row count it takes, the routing, and a Model's packed view (the engine's CPU programs run on it)."""
 
+import dataclasses
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +12,7 @@ from flax import nnx
 
 import specjax
 from specjax.engine import params_for
-from specjax.kernels import build, linear, packed
+from specjax.kernels import build, calibration_cache, linear, packed
 from specjax.spec import TargetSpec
 
 needs_kernel = pytest.mark.skipif(not (build.registered() and build.has_avx512()),
@@ -177,10 +180,11 @@ def test_rows_below_min_rows_take_the_plain_kernel(monkeypatch):
 
 
 @needs_kernel
-def test_calibration_times_every_weight_and_sets_the_views_min_rows(monkeypatch):
+def test_calibration_times_every_weight_and_sets_the_views_min_rows(monkeypatch, tmp_path):
   """Without $SPECJAX_PACKED_MIN_ROWS the view is timed at each LADDER row count, every packed weight in one pass,
   and its kernels carry the threshold of those times (a static field: programs keyed by it)."""
   monkeypatch.delenv(packed.MIN_ROWS_ENV)
+  monkeypatch.setattr(calibration_cache, "_path", lambda: str(tmp_path / "min_rows.json"))
   timed = []
   real = packed.calibrate
   monkeypatch.setattr(packed, "calibrate", lambda ws: timed.append(ws) or real(ws, repeats=1, calls=1))
@@ -196,3 +200,28 @@ def test_calibration_times_every_weight_and_sets_the_views_min_rows(monkeypatch)
   x = jnp.ones((1, 5, CONFIG.d_model), jnp.float32)
   lowered = jax.jit(lambda x, w: packed.dense(x, w)).lower(x, flat["layers.0.attn.o.kernel"]).as_text()
   assert build.PACKED_TARGET_NAME not in lowered and build.TARGET_NAME in lowered
+
+
+@needs_kernel
+def test_calibration_is_kept_across_processes_by_cpu_kernels_and_shapes(monkeypatch, tmp_path):
+  """A later view of the same shapes reads the stored answer instead of timing again; other shapes, an unreadable
+  file or $SPECJAX_PACKED_RECALIBRATE time again, and the file stays whole JSON."""
+  monkeypatch.delenv(packed.MIN_ROWS_ENV)
+  path = tmp_path / "min_rows.json"
+  monkeypatch.setattr(calibration_cache, "_path", lambda: str(path))
+  timed = []
+  monkeypatch.setattr(packed, "calibrate", lambda ws: timed.append(len(ws)) or {1: (2.0, 1.0)})
+  views = lambda config, seed: packed.view_min_rows(params_for(specjax.init_model(config, seed=seed),
+                                                               TargetSpec(graphdef=specjax.init_model(config).graphdef)))
+  assert views(CONFIG, 1) == 1 and len(timed) == 1
+  assert views(CONFIG, 2) == 1 and len(timed) == 1           # same shapes, another model: read back
+  wider = dataclasses.replace(CONFIG, ffn_dim=CONFIG.ffn_dim * 2)
+  assert views(wider, 3) == 1 and len(timed) == 2            # other shapes: timed
+  assert len(json.loads(path.read_text())) == 2
+  monkeypatch.setenv(calibration_cache.RECALIBRATE_ENV, "1")
+  views(CONFIG, 4)
+  assert len(timed) == 3
+  monkeypatch.delenv(calibration_cache.RECALIBRATE_ENV)
+  path.write_text("{not json")
+  views(CONFIG, 5)
+  assert len(timed) == 4 and len(json.loads(path.read_text())) == 1
