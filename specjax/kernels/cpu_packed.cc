@@ -36,7 +36,8 @@ constexpr int64_t kPrefetchRows = 16;
 
 #define SPECJAX_AVX512 __attribute__((target("avx512f")))
 
-// Where pass `pass` of `passes` over a block prefetches: at step k, tile row (pass * kc + k) / passes of `ahead`.
+// Where pass `pass` of `passes` over a block prefetches: at step k, the lines from byte (pass * kc + k) * 192 /
+// passes of `ahead` (one pointer stepped by a constant: fewer live registers than a row and its remainder).
 // Passed by reference: by value, the caller stored it as 8-byte fields and copied it as 16 bytes, a failed
 // store forward behind the group's 27 result stores at every call (9% of a 17-row call's time; section 46).
 struct Prefetch {
@@ -53,14 +54,14 @@ SPECJAX_AVX512 void TileRows(const float* x, int64_t k_dim, const float* tile, i
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kVecs; ++v)
       acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(lanes[v], y + r * ldy + 16 * v) : _mm512_setzero_ps();
-  int64_t ahead_row = pf.pass * kc / pf.passes, carry = pf.pass * kc % pf.passes;
-  for (int64_t k = 0; k < kc; ++k) {
+  const int64_t stride = kTile * static_cast<int64_t>(sizeof(float)) / pf.passes;   // bytes ahead per step
+  const char* ahead = reinterpret_cast<const char*>(pf.ahead) + pf.pass * kc * stride;  // a hint: never faults
+  const bool whole_rows = pf.passes == 1;
+  for (int64_t k = 0; k < kc; ++k, ahead += stride) {
     const float* w = tile + k * kTile;
-    const char* ahead = reinterpret_cast<const char*>(pf.ahead + ahead_row * kTile);   // a hint: never faults
-    if (++carry == pf.passes) carry = 0, ++ahead_row;
     _mm_prefetch(ahead, _MM_HINT_T1);
     _mm_prefetch(ahead + 64, _MM_HINT_T1);
-    _mm_prefetch(ahead + 128, _MM_HINT_T1);
+    if (whole_rows) _mm_prefetch(ahead + 128, _MM_HINT_T1);
     const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16), w2 = _mm512_loadu_ps(w + 32);
     for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(x[r * k_dim + k]);
