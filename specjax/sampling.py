@@ -45,7 +45,7 @@ def distribution(logits_xV: jax.Array, sampling: SamplingParams) -> jax.Array:
   logits = logits_xV.astype(jnp.float32)
   vocab = logits.shape[-1]
   if sampling.greedy:
-    return jax.nn.one_hot(greedy_tokens(logits), vocab, dtype=jnp.float32)
+    return _greedy_draw(logits)[1]
   logits = logits / sampling.temperature
   if 0 < sampling.top_k < vocab:
     kth_largest = jax.lax.top_k(logits, sampling.top_k)[0][..., -1:]
@@ -69,10 +69,16 @@ def greedy_tokens(logits_xV: jax.Array) -> jax.Array:
 def draw_tokens(keys_B: jax.Array, logits_BxV: jax.Array, sampling: SamplingParams) -> tuple[jax.Array, jax.Array]:
   """(token_B, probs_BxV): one token per row drawn from `distribution`, the rule target and drafts share; greedy
   takes the argmax without a draw."""
-  probs_BxV = distribution(logits_BxV, sampling)
   if sampling.greedy:
-    return greedy_tokens(probs_BxV), probs_BxV
+    return _greedy_draw(logits_BxV.astype(jnp.float32))
+  probs_BxV = distribution(logits_BxV, sampling)
   return jax.vmap(sample)(keys_B, probs_BxV), probs_BxV
+
+
+def _greedy_draw(logits_xV: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(argmax, its one-hot distribution): greedy's token and p, the argmax taken once over the logits."""
+  token_x = greedy_tokens(logits_xV)
+  return token_x, jax.nn.one_hot(token_x, logits_xV.shape[-1], dtype=jnp.float32)
 
 
 def _nucleus(probs_xV: jax.Array, top_p: float) -> jax.Array:
