@@ -36,7 +36,11 @@ def get_config():
                                    # batch size, beside the chains (and, with paired_verify_calls, the paired cost
                                    # of verifying N nodes against a step, at the first phase-split batch size)
   c.tree_kind = "dynamic"          # "dynamic": DynamicTree(N, tree_depth, tree_top_k); "static":
-                                   # StaticTree.balanced(N, width=tree_top_k) (every round the same shape)
+                                   # StaticTree.balanced(N, width=tree_top_k) (every round the same shape);
+                                   # "tuned": per method, the static tree of N nodes (tree_depth deep at most,
+                                   # ranks below tree_top_k) with the most expected tokens at the acceptance per
+                                   # depth and rank it measured on the calibration prompts (specjax.trees.tune)
+  c.tree_calibration_prompts = 2   # "tuned": prompts per category after the measured ones, drafted with a comb
   c.tree_depth = 5                 # the dynamic trees' depth (at most N) and children per expanded node
   c.tree_top_k = 4
   c.tree_branching = "sample"      # "top_k" (each context's top choices) or "sample" (drawn from q)

@@ -124,6 +124,15 @@ def acceptance_by_rank(rank_RxBxD1, children_RxBxD1, width: int) -> list[float |
   return [_ratio(np.sum(rank == r), np.sum(children > r)) for r in range(width)]
 
 
+def acceptance_by_depth_and_rank(rank_RxBxD1, children_RxBxD1, width: int) -> list[list[float | None]]:
+  """Per-rank acceptance at each depth: row d - 1 is `acceptance_by_rank` over the contexts whose children sit at
+  depth d (the root's for d = 1); for drafters whose choices weaken with depth (Medusa's head d), which the pooled
+  figure averages away."""
+  rank = np.asarray(rank_RxBxD1, np.int64)
+  children = np.asarray(children_RxBxD1, np.int64)
+  return [acceptance_by_rank(rank[..., d], children[..., d], width) for d in range(rank.shape[-1] - 1)]
+
+
 def mean_k(k_N) -> float | None:
   """Drafts proposed per active row-round (K itself unless the adaptive policy varied it)."""
   return _ratio(proposed_drafts(k_N), np.size(k_N))
@@ -150,6 +159,8 @@ class GenerationStats:
   tree_nodes: int = 0                       # a token tree's N nodes verified per round (k is then its depth); 0: chain
   verified_per_accepted: float = 0.0        # drafts (or tree nodes) verified per accepted draft
   acceptance_by_rank: list[float] = dataclasses.field(default_factory=list)  # trees: P(rank-r child accepted)
+  # trees: the same per depth (row d - 1: children at depth d; None where no context had a child of that rank)
+  acceptance_by_depth_and_rank: list[list[float | None]] = dataclasses.field(default_factory=list)
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -189,4 +200,6 @@ def summarize(accepted_RxB: np.ndarray, new_tokens_B: np.ndarray, rounds: int, k
       verified_per_accepted=_or_zero(verified_per_accepted(accepted_N, verified_N)),
       acceptance_by_rank=([_or_zero(p) for p in acceptance_by_rank(*tree_log, tree.width)]
                           if tree is not None and tree_log is not None else []),
+      acceptance_by_depth_and_rank=(acceptance_by_depth_and_rank(*tree_log, tree.width)
+                                    if tree is not None and tree_log is not None else []),
   )

@@ -95,6 +95,7 @@ def summarize_calls(records, k: int, tree=None) -> dict:
       "verified_per_accepted": stats.verified_per_accepted(accepted_N, verified_N),
       "acceptance_per_depth": stats.acceptance_per_position(accepted_N, k_N, k) if tree is not None else None,
       "acceptance_by_rank": _by_rank(records, tree),
+      "acceptance_by_depth_and_rank": _by_rank(records, tree, by_depth=True),
       "throughput_tok_s": throughput(records),
       "decode_tok_s": decode_throughput(records),
       "latency_ms_per_token_p50": percentile(lat, 50),
@@ -106,13 +107,17 @@ def summarize_calls(records, k: int, tree=None) -> dict:
   }
 
 
-def _by_rank(records, tree) -> list | None:
-  """A tree's per-rank acceptance pooled over its calls' rank logs (None for a chain or calls without logs)."""
+def _by_rank(records, tree, by_depth: bool = False) -> list | None:
+  """A tree's per-rank acceptance pooled over its calls' rank logs, or per depth with `by_depth` (None for a chain
+  or calls without logs)."""
   logs = [(np.asarray(r["tree_ranks"]), np.asarray(r["tree_children"])) for r in records if r.get("tree_ranks")]
   if tree is None or not logs:
     return None
-  return stats.acceptance_by_rank(np.concatenate([a.reshape(-1) for a, _ in logs]),
-                                  np.concatenate([c.reshape(-1) for _, c in logs]), tree.width)
+  depth_contexts = logs[0][0].shape[-1]
+  rank, children = (np.concatenate([log[i].reshape(-1, depth_contexts) for log in logs]) for i in (0, 1))
+  if by_depth:
+    return stats.acceptance_by_depth_and_rank(rank, children, tree.width)
+  return stats.acceptance_by_rank(rank, children, tree.width)
 
 
 def summarize_phases(rounds) -> dict:

@@ -22,11 +22,13 @@ AUTO = "auto"
 PEERS = ("", "hf", "llama_cpp")
 SWEEPS = ("grid", "axes", "smoke")
 MAX_K = 64
+TREE_KINDS = ("dynamic", "static", "tuned")
 # Every key of configs/bench_cpu.py (tests/benchmark/test_plan.py keeps the two the same).
 SETTINGS = ("model", "dtype", "weights", "random_model", "methods", "drafter_dirs", "categories", "ks", "auto_ks",
             "batch_sizes", "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods",
             "paired_verify_calls", "tree_nodes", "tree_kind", "tree_depth", "tree_top_k", "tree_branching",
-            "tree_methods", "prompts_per_category", "max_new_tokens", "max_prompt_tokens", "prompt_bucket",
+            "tree_methods", "tree_calibration_prompts", "prompts_per_category", "max_new_tokens", "max_prompt_tokens",
+            "prompt_bucket",
             "repeats", "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat",
             "stop_at_eos", "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
 
@@ -43,7 +45,7 @@ class Cell:
                         # "tree:N" (a token tree of N nodes, `tree`)
   batch_size: int
   temperature: float
-  tree: object = None   # the cell's StaticTree or DynamicTree
+  tree: object = None   # the cell's StaticTree or DynamicTree (a TunedTree until the runner tunes it)
 
   @property
   def auto(self) -> bool:
@@ -52,6 +54,29 @@ class Cell:
   @property
   def sampling(self) -> SamplingParams:
     return SamplingParams(temperature=self.temperature)
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedTree:
+  """A tree cell's static tree still to be tuned (config.tree_kind "tuned"): N nodes, at most `depth` deep, ranks
+  below `width`; the runner measures the method's acceptance and puts `specjax.trees.tune.tuned_tree` in its
+  place."""
+  n_nodes: int
+  depth: int
+  width: int
+  branching: str
+
+  def __post_init__(self):
+    if sum(self.width ** d for d in range(1, self.depth + 1)) < self.n_nodes:
+      raise ValueError(f"no tree of {self.n_nodes} nodes is at most {self.depth} deep with {self.width} ranks")
+
+  @property
+  def slots(self) -> int:
+    return self.n_nodes
+
+  @property
+  def max_depth(self) -> int:
+    return self.depth
 
 
 def _ints(name, values, low):
@@ -173,12 +198,23 @@ def _trees(c: dict) -> None:
   missing = [m for m in c["tree_methods"] if m not in c["methods"][1:]]
   if missing:
     raise ValueError(f"tree_methods {missing} are not drafter methods of config.methods {list(c['methods'])}")
-  if c["tree_kind"] not in ("dynamic", "static"):
-    raise ValueError(f"config.tree_kind must be 'dynamic' or 'static', got {c['tree_kind']!r}")
+  if c["tree_kind"] not in TREE_KINDS:
+    raise ValueError(f"config.tree_kind must be one of {list(TREE_KINDS)}, got {c['tree_kind']!r}")
+  depth, width = int(c["tree_depth"]), int(c["tree_top_k"])
+  if c["tree_kind"] == "tuned" and c["tree_nodes"]:
+    n = c["tree_calibration_prompts"]
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise ValueError(f"config.tree_calibration_prompts must be an int >= 1, got {n!r}")
+    if not c["prompts_per_category"]:
+      raise ValueError("config.tree_kind 'tuned' calibrates on the prompts after the measured ones; "
+                       "prompts_per_category=0 measures them all, so none is left")
+    for category in c["categories"]:
+      tasks.select(category, n, skip=c["prompts_per_category"])  # raises if too few are left
   try:
     c["trees"] = tuple(
-        DynamicTree(n, min(int(c["tree_depth"]), n), int(c["tree_top_k"]), c["tree_branching"])
-        if c["tree_kind"] == "dynamic" else StaticTree.balanced(n, int(c["tree_top_k"]), c["tree_branching"])
+        DynamicTree(n, min(depth, n), width, c["tree_branching"]) if c["tree_kind"] == "dynamic"
+        else StaticTree.balanced(n, width, c["tree_branching"]) if c["tree_kind"] == "static"
+        else TunedTree(n, min(depth, n), width, c["tree_branching"])
         for n in c["tree_nodes"])
   except ValueError as err:
     raise ValueError(f"config.tree_nodes / tree_depth / tree_top_k: {err}") from None
@@ -214,12 +250,12 @@ def plan(c: dict, max_k: dict | None = None, max_tree_depth: dict | None = None)
 
 
 def _within(tree, deepest: int):
-  """`tree` for a drafter that drafts at most `deepest` levels: a dynamic tree grown that deep, a static tree as
-  it is or None (skipped) when it is deeper."""
+  """`tree` for a drafter that drafts at most `deepest` levels: a dynamic (or still to be tuned) tree grown that
+  deep, a static tree as it is or None (skipped) when it is deeper."""
   from specjax.trees import DynamicTree
   if tree.max_depth <= deepest:
     return tree
-  if isinstance(tree, DynamicTree):
+  if isinstance(tree, (DynamicTree, TunedTree)):
     try:
       return dataclasses.replace(tree, depth=deepest)
     except ValueError:   # too few proposals at that depth for its nodes

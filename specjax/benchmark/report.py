@@ -132,12 +132,15 @@ def trees_section(ours, tree_costs: list) -> list[str]:
       base = chain(r)
       per_depth = "/".join(_fmt(a) for a in r["acceptance_per_depth"] or [])
       rows.append([r["category"], r["temperature"], r["batch_size"], r["method"],
-                   f"{r['tree']['nodes']} ({r['tree']['kind'][:-4].lower()}, {r['tree']['depth']} deep, "
+                   f"{r['tree']['nodes']} ({'tuned' if r.get('tree_calibration') else r['tree']['kind'][:-4].lower()}, "
+                   f"{r['tree']['depth']} deep, "
                    f"{r['tree']['branching']})",
                    r["tokens_per_round"], base and f"K={base['k']}: {_fmt(base['tokens_per_round'])}",
                    base and base["tokens_per_round"] and r["tokens_per_round"] / base["tokens_per_round"],
                    per_depth, r.get("verified_per_accepted"), r["speedup_vs_ar"], r.get("paired_speedup_vs_ar")])
-    parts += ["Trees (nodes; dynamic, EAGLE-2, or static; depth; branching). tok/round against the same drafter's "
+    parts += ["Trees (nodes; dynamic, EAGLE-2, static, or tuned: the static tree of the most expected tokens at the "
+              "acceptance per depth and rank measured on calibration prompts; depth; branching). tok/round against "
+              "the same drafter's "
               "chain; acceptance per depth: P(depth d accepted | depth d - 1 was).", "",
               _table(["category", "T", "B", "method", "tree", "tok/round", "chain", "tree / chain",
                       "acceptance per depth", "nodes / accepted", "speedup", "paired"], rows), ""]

@@ -13,7 +13,7 @@ import platform
 import jax
 import numpy as np
 
-from specjax.benchmark import bandwidth, metrics, quality, tasks, theory
+from specjax.benchmark import bandwidth, metrics, quality, tasks, theory, tree_cells
 from specjax.benchmark.phases import run_phase_split
 from specjax.benchmark.plan import Cell, plan, split_method, validate_config
 from specjax.benchmark.verify_cost import paired_verify_cost
@@ -97,6 +97,7 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   size = cache_size(max(max(buckets.values()), needed))
   cells = plan(c, {m: d.max_k for m, d in drafters.items() if d is not None},
                {m: d.max_tree_depth for m, d in drafters.items() if d is not None})
+  cells, tuning = tree_cells.tune_trees(cells, target, drafters, c, lambda text: _encode(target, text, c), progress)
   info = machine_info()
   info["copy_bandwidth_gbs"] = bandwidth.copy_bandwidth_gbs()
   info["target_weights"] = c["weights"]
@@ -125,6 +126,8 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
     record, rows_out = _run_cell(target, drafters[cell.method], cell, cat, suite[cat], prompt_ids[cat],
                                  buckets[cat], size, c, compiled, calibration)
     record.update(info)
+    if (cell.method, cell.k, cell.temperature) in tuning:
+      record["tree_calibration"] = tuning[(cell.method, cell.k, cell.temperature)]
     records.append(record)
     outputs[(cell, cat)] = rows_out
     bar.update(1)
@@ -252,7 +255,7 @@ def _theory(rec, base, cell):
     rec["theory_gap"] = "adaptive K: the policy mixes K per round, so no single-K prediction applies"
     return
   if cell.tree is not None:
-    _tree_theory(rec, cell.tree)
+    tree_cells.tree_theory(rec, cell.tree)
     return
   if alpha is None:
     rec["theory_gap"] = "no verification rounds: nothing to predict from"
@@ -271,28 +274,6 @@ def _theory(rec, base, cell):
   rec["theory_gap"] = theory.explain_gap(rec["speedup_vs_ar"], rec["predicted_speedup"], rec["tokens_per_round"],
                                          rec["expected_tokens_per_round"], fused_ratio, cell.k * c + r,
                                          cell.batch_size)
-
-
-def _tree_theory(rec, tree):
-  """Expected tokens per round from the measured per-rank acceptance (Sequoia / EAGLE-2): of the static tree itself,
-  or for a dynamic tree, of the best static tree of its N nodes and depth at those rates (a dynamic tree reshapes
-  itself per row and round, so it may do better)."""
-  by_rank = rec.get("acceptance_by_rank")
-  if not by_rank or by_rank[0] is None:
-    rec["theory_gap"] = "no tree rounds: no per-rank acceptance to predict from"
-    return
-  rates = [p or 0.0 for p in by_rank]
-  rates = [p / max(1.0, sum(rates)) for p in rates]  # ranks are measured over different contexts
-  shape = tree if isinstance(tree, StaticTree) else theory.best_tree(tree.n_nodes, rates, tree.max_depth,
-                                                                     tree.branching)
-  expected = theory.tree_expected_tokens(shape, rates)
-  rec["expected_tokens_per_round"] = expected
-  measured = rec.get("tokens_per_round")
-  which = "this static tree" if shape is tree else f"the best static tree of {tree.n_nodes} nodes at these rates"
-  rec["theory_gap"] = (f"tokens per round: measured {measured:.2f} vs {expected:.2f} expected for {which} from the "
-                       f"measured per-rank acceptance {', '.join(f'{p:.2f}' for p in rates)} (i.i.d. across "
-                       f"depths{'; the dynamic tree reshapes itself per round' if shape is not tree else ''})"
-                       if measured is not None else f"{expected:.2f} tokens per round expected for {which}")
 
 
 def _describe(tree) -> dict | None:

@@ -21,14 +21,15 @@ def load_category(category: str) -> tuple[dict, ...]:
     return tuple(json.load(f))
 
 
-def select(category: str, n: int) -> list[dict]:
-  """The first n prompts of a category, or all of them when n is 0 (long_context is ordered by length, so small n
-  keeps runs short)."""
-  prompts = load_category(category)
+def select(category: str, n: int, skip: int = 0) -> list[dict]:
+  """The first n prompts of a category after its first `skip`, or all of those when n is 0 (long_context is ordered
+  by length, so small n keeps runs short)."""
+  prompts = load_category(category)[skip:]
   if n < 0:
     raise ValueError(f"prompts_per_category must be >= 0 (0: all), got {n}")
-  if n > len(prompts):
-    raise ValueError(f"prompts_per_category={n} but category {category!r} has only {len(prompts)} prompts")
+  if n > len(prompts) or not prompts:
+    raise ValueError(f"asked for {n or 'all'} prompts of category {category!r} after its first {skip}, but it has "
+                     f"only {len(prompts) + skip}")
   return list(prompts[:n or len(prompts)])
 
 

@@ -9,6 +9,11 @@ that ratio, r = (verify + accept time per round) / (autoregressive step time), a
   corrected prediction        E / (K c + r).
 """
 
+from specjax.trees import expected as _trees
+
+# Token trees: the theory lives beside the trees (`specjax.trees.expected`); the benchmark reads it from here.
+tree_expected_tokens, best_tree, measured_rates = _trees.tree_expected_tokens, _trees.best_tree, _trees.measured_rates
+
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
   if not 0.0 <= alpha <= 1.0:
@@ -78,44 +83,3 @@ def rank_acceptance(alpha: float, sibling_rate: float, width: int) -> tuple[floa
   if width < 1:
     raise ValueError(f"width must be >= 1, got {width}")
   return (alpha,) + tuple((1.0 - alpha) * sibling_rate * (1.0 - sibling_rate) ** (r - 1) for r in range(1, width))
-
-
-def _check_ranks(accept_by_rank) -> tuple[float, ...]:
-  accept_by_rank = tuple(float(a) for a in accept_by_rank)
-  if not accept_by_rank or any(a < 0 for a in accept_by_rank) or sum(accept_by_rank) > 1.0 + 1e-9:
-    raise ValueError(f"accept_by_rank must be probabilities of disjoint events (>= 0, sum <= 1), got "
-                     f"{list(accept_by_rank)}")
-  return accept_by_rank
-
-
-def tree_expected_tokens(tree, accept_by_rank) -> float:
-  """Expected tokens per round of a static tree (Sequoia / EAGLE-2): 1 (the correction or bonus) + the sum over
-  nodes of the probability that the node's path is accepted, the product of accept_by_rank over its ranks."""
-  accept_by_rank = _check_ranks(accept_by_rank)
-  if max(tree.ranks) >= len(accept_by_rank):
-    raise ValueError(f"the tree has rank {max(tree.ranks)} children; accept_by_rank covers ranks "
-                     f"0..{len(accept_by_rank) - 1}")
-  reach = []
-  for parent, rank in zip(tree.parents, tree.ranks):
-    reach.append((1.0 if parent < 0 else reach[parent]) * accept_by_rank[rank])
-  return 1.0 + sum(reach)
-
-
-def best_tree(n_nodes: int, accept_by_rank, max_depth: int, branching: str = "top_k"):
-  """The static tree of n_nodes, at most max_depth deep, with the most expected tokens per round: the n_nodes
-  likeliest paths (each at least as likely as its children and lower-ranked siblings, so the set is a tree)."""
-  from specjax.trees.static import StaticTree
-  accept_by_rank = _check_ranks(accept_by_rank)
-  width = len(accept_by_rank)
-  if n_nodes < 1 or max_depth < 1 or sum(width ** d for d in range(1, max_depth + 1)) < n_nodes:
-    raise ValueError(f"no tree of {n_nodes} nodes is at most {max_depth} deep with {width} ranks")
-  chosen, frontier = [], {(0,): (accept_by_rank[0], 1.0)}  # path: (its probability, its parent's)
-  while len(chosen) < n_nodes:
-    path = min(frontier, key=lambda p: (-frontier[p][0], len(p), p))
-    reach, parent_reach = frontier.pop(path)
-    chosen.append(path)
-    if len(path) < max_depth:
-      frontier[path + (0,)] = (reach * accept_by_rank[0], reach)
-    if path[-1] + 1 < width:
-      frontier[path[:-1] + (path[-1] + 1,)] = (parent_reach * accept_by_rank[path[-1] + 1], parent_reach)
-  return StaticTree(tuple(chosen), branching)

@@ -11,11 +11,11 @@ import jax.numpy as jnp
 from specjax.cache import init_cache
 from specjax.drafters.base import TargetFeatures
 from specjax.engine.state import DecodeState, budget_spent, empty_round_log, is_eos, round_keys
-from specjax.rejection import accept
-from specjax.sampling import distribution, draw_tokens
+from specjax.rejection import accept, accept_greedy
+from specjax.sampling import distribution, draw_tokens, greedy_tokens
 from specjax.trees.layout import compact_path, tree_layout
 from specjax.trees.ranks import path_ranks
-from specjax.trees.rejection import accept_tree
+from specjax.trees.rejection import accept_tree, accept_tree_greedy
 
 # Positions per target call of a long prompt's prefill (`prompt_pass`).
 PREFILL_CHUNK = 128
@@ -52,9 +52,11 @@ def sample_tokens(keys_B, logits_BxV, sampling):
 
 def accept_drafts(logits_BxK1xV, q_BxKxV, draft_BxK, keys_B, sampling):
   """(n_accepted_B, next_token_B): modified rejection sampling of the drafts against the target's logits (exact
-  greedy verification at temperature 0)."""
+  greedy verification at temperature 0, from the target's argmax ids alone)."""
+  if sampling.greedy:
+    return accept_greedy(greedy_tokens(logits_BxK1xV), draft_BxK)
   p_BxK1xV = distribution(logits_BxK1xV, sampling)
-  return accept(p_BxK1xV, q_BxKxV, draft_BxK, keys_B, greedy=sampling.greedy)
+  return accept(p_BxK1xV, q_BxKxV, draft_BxK, keys_B)
 
 
 def prompt_pass(target, tokens_BxS, prompt_len_B, cache, bucket: int, feature_layers):
@@ -246,8 +248,11 @@ def verify_tree(target, inputs_BxN1, slots_BxN1, cache, parent_BxN, q_BxN1xV, ke
   root_slot_B = slots_BxN1[:, 0]
   logits_BxN1xV, cache, features = score(target, inputs_BxN1, slots_BxN1, cache, feature_layers,
                                          tree=tree_layout(parent_BxN, root_slot_B))
-  path_BxN, n_accepted_B, next_B = accept_tree(distribution(logits_BxN1xV, sampling), q_BxN1xV, inputs_BxN1[:, 1:],
-                                               parent_BxN, keys_B, branching=branching, greedy=sampling.greedy)
+  if sampling.greedy:
+    path_BxN, n_accepted_B, next_B = accept_tree_greedy(greedy_tokens(logits_BxN1xV), inputs_BxN1[:, 1:], parent_BxN)
+  else:
+    path_BxN, n_accepted_B, next_B = accept_tree(distribution(logits_BxN1xV, sampling), q_BxN1xV, inputs_BxN1[:, 1:],
+                                                 parent_BxN, keys_B, branching=branching)
   return path_BxN, n_accepted_B, next_B, compact_path(cache, root_slot_B, path_BxN, n_accepted_B), features
 
 

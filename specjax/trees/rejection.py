@@ -90,8 +90,19 @@ def accept_tree(p_BxN1xV: jax.Array, q_BxN1xV: jax.Array, tokens_BxN: jax.Array,
   if p_BxN1xV.shape[1] != n + 1 or q_BxN1xV.shape[1] != n + 1 or parent_BxN.shape != tokens_BxN.shape:
     raise ValueError(f"a tree of {n} nodes needs p and q at {n + 1} contexts (root first) and one parent per node; "
                      f"got p {p_BxN1xV.shape}, q {q_BxN1xV.shape}, parents {parent_BxN.shape}")
-  tokens_BxN, parent_BxN = tokens_BxN.astype(jnp.int32), parent_BxN.astype(jnp.int32)
   if greedy:
-    return jax.vmap(_accept_row_greedy)(greedy_tokens(p_BxN1xV), tokens_BxN, parent_BxN)
+    return accept_tree_greedy(greedy_tokens(p_BxN1xV), tokens_BxN, parent_BxN)
+  tokens_BxN, parent_BxN = tokens_BxN.astype(jnp.int32), parent_BxN.astype(jnp.int32)
   return jax.vmap(lambda p, q, t, a, k: _accept_row(p, q, t, a, k, branching))(p_BxN1xV, q_BxN1xV, tokens_BxN,
                                                                                 parent_BxN, keys_B)
+
+
+def accept_tree_greedy(target_BxN1: jax.Array, tokens_BxN: jax.Array, parent_BxN: jax.Array):
+  """Greedy tree acceptance from token ids: `accept_tree`'s (path_BxN, n_accepted_B, next_token_B), following the
+  target's argmax at each context (target_BxN1: the root's, then each node's)."""
+  if target_BxN1.shape[1] != tokens_BxN.shape[1] + 1 or parent_BxN.shape != tokens_BxN.shape:
+    raise ValueError(f"a tree of {tokens_BxN.shape[1]} nodes needs the target's tokens at {tokens_BxN.shape[1] + 1} "
+                     f"contexts (root first) and one parent per node; got {target_BxN1.shape}, parents "
+                     f"{parent_BxN.shape}")
+  return jax.vmap(_accept_row_greedy)(target_BxN1.astype(jnp.int32), tokens_BxN.astype(jnp.int32),
+                                      parent_BxN.astype(jnp.int32))

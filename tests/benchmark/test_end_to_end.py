@@ -104,6 +104,9 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
     (dict(tree_nodes=(200,)), "tree_nodes / tree_depth / tree_top_k"),
     (dict(tree_branching="beam"), "tree_branching"),
     (dict(tree_kind="sequoia"), "tree_kind"),
+    (dict(tree_nodes=(4,), tree_kind="tuned", prompts_per_category=0), "none is left"),
+    (dict(tree_nodes=(4,), tree_kind="tuned", tree_calibration_prompts=99), "has only"),
+    (dict(tree_nodes=(4,), tree_kind="tuned", tree_calibration_prompts=0), "tree_calibration_prompts"),
     (dict(methods=("ar", "medusa"), tree_methods=("prompt_lookup",)), "tree_methods"),
 ])
 def test_bad_settings_fail_before_model_work(tmp_path, change, message):
@@ -146,3 +149,22 @@ def test_tree_cells_beside_the_chains(tmp_path):
   costs = records[0]["paired_tree_verify_cost"]
   assert [c["k"] for c in costs] == [4, 6] and all(c["ratio"] > 0 and c["tree_paths"] for c in costs)
   assert "Token trees" in (tmp_path / "report.md").read_text()
+
+
+def test_tuned_tree_cells(tmp_path):
+  """config.tree_kind "tuned": each tree method's static tree, tuned on the calibration prompts after the measured
+  ones, exact under greedy decoding, with the table it was tuned on in the record."""
+  config = tiny_config(tmp_path, methods=("ar", "medusa"), categories=("code", "prose"), tree_nodes=(5,),
+                       tree_kind="tuned", tree_depth=3, tree_top_k=2, temperatures=(0.0,), paired_verify_calls=0,
+                       prompts_per_category=1, tree_calibration_prompts=2)
+  records = run_benchmark(config, target=init_model(TINY), progress=False)
+  trees = [r for r in records if r["k"] == "tree:5"]
+  assert len(trees) == 2
+  for r in trees:
+    assert r["tree"]["kind"] == "StaticTree" and r["tree"]["nodes"] == 5 and r["tree"]["depth"] <= 3
+    table = r["tree_calibration"]["acceptance_by_depth_and_rank"]
+    assert len(table) == 3 and r["tree_calibration"]["skipped_per_category"] == 1
+    assert r["greedy_match_ar"] == 1.0 and "this static tree" in r["theory_gap"]
+    assert len(r["acceptance_by_depth_and_rank"]) == r["tree"]["depth"]
+  report.write_outputs(records, validate_config(config), config.output_dir)
+  assert "(tuned, " in (tmp_path / "report.md").read_text()

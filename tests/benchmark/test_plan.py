@@ -3,7 +3,7 @@
 import pytest
 
 from configs import bench_cpu, bench_smoke
-from specjax.benchmark.plan import SETTINGS, Cell, plan, validate_config
+from specjax.benchmark.plan import SETTINGS, Cell, TunedTree, plan, validate_config
 
 
 def _cpu():
@@ -56,6 +56,11 @@ def test_a_dynamic_tree_is_grown_as_deep_as_each_drafter_goes_and_a_deeper_stati
   c.tree_kind = "static"
   trees = {x.method: x.tree for x in plan(validate_config(c), {"medusa": 4}, {"medusa": 2}) if x.tree is not None}
   assert set(trees) == {"feature_head"} and trees["feature_head"].max_depth > 2
+  c.tree_kind = "tuned"   # still to be tuned per method, as deep as each drafter goes
+  trees = {x.method: x.tree for x in plan(validate_config(c), {"medusa": 4}, {"medusa": 4}) if x.tree is not None}
+  assert trees == {"medusa": TunedTree(16, 4, 4, "top_k"), "feature_head": TunedTree(16, 8, 4, "top_k")}
+  trees = {x.method: x.tree for x in plan(validate_config(c), {"medusa": 4}, {"medusa": 1}) if x.tree is not None}
+  assert set(trees) == {"feature_head"}   # 16 nodes do not fit 1 level of 4 ranks
 
 
 def test_heads_need_a_trained_directory(tmp_path):

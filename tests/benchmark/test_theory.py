@@ -74,3 +74,51 @@ def test_best_tree_takes_the_likeliest_paths_within_its_depth():
   assert theory.best_tree(3, (0.9, 0.05), max_depth=2).paths == ((0,), (1,), (0, 0))
   with pytest.raises(ValueError, match="no tree of 3 nodes"):
     theory.best_tree(3, accept, max_depth=1)
+
+
+def test_rates_per_depth():
+  from specjax.trees.static import StaticTree
+  tree = StaticTree(((0,), (1,), (0, 0), (0, 1), (1, 0)))
+  table = ((0.6, 0.3), (0.5, 0.1))
+  # depth 1 at the first row, depth 2 at the second: 1 + 0.6 + 0.3 + 0.6 * (0.5 + 0.1) + 0.3 * 0.5
+  assert theory.tree_expected_tokens(tree, table) == pytest.approx(1 + 0.9 + 0.36 + 0.15)
+  # a table of one row is the flat list; a tree deeper than the table reuses its last row
+  assert theory.tree_expected_tokens(tree, [table[0]]) == pytest.approx(theory.tree_expected_tokens(tree, table[0]))
+  assert theory.tree_expected_tokens(StaticTree.chain(3), table) == pytest.approx(1 + 0.6 + 0.3 + 0.15)
+  for bad, message in (([(0.6, 0.3), 0.5], "mixes"), ([(0.6, 0.3), (0.5,)], "same ranks"),
+                       ([(0.6, 0.3), (0.9, 0.3)], "sum <= 1"), ([], "empty")):
+    with pytest.raises(ValueError, match=message):
+      theory.tree_expected_tokens(tree, bad)
+
+
+def _trees(n_nodes, width, max_depth):
+  """Every prefix- and rank-closed tree of n_nodes, ranks below width, at most max_depth deep (by brute force)."""
+  import itertools
+  paths = [p for d in range(1, max_depth + 1) for p in itertools.product(range(width), repeat=d)]
+  for chosen in itertools.combinations(paths, n_nodes):
+    present = set(chosen)
+    if all((len(p) == 1 or p[:-1] in present) and (p[-1] == 0 or p[:-1] + (p[-1] - 1,) in present)
+           for p in chosen):
+      yield chosen
+
+
+@pytest.mark.parametrize("table", [((0.6, 0.3, 0.05),), ((0.8, 0.1, 0.05), (0.3, 0.25, 0.2), (0.5, 0.1, 0.0)),
+                                   ((0.4, 0.35, 0.2), (0.9, 0.05, 0.01))])
+@pytest.mark.parametrize("n_nodes", [3, 5, 6])
+def test_best_tree_is_the_best_of_every_tree(table, n_nodes):
+  """Against brute force over every tree of N nodes, 3 deep and 3 wide: no other tree expects more tokens."""
+  from specjax.trees.static import StaticTree
+  best = theory.best_tree(n_nodes, table, max_depth=3)
+  assert best.n_nodes == n_nodes and best.max_depth <= 3
+  expected = theory.tree_expected_tokens(best, table)
+  top = max(theory.tree_expected_tokens(StaticTree(t), table) for t in _trees(n_nodes, 3, 3))
+  assert expected == pytest.approx(top)
+
+
+def test_measured_rates_fill_what_was_not_measured():
+  import numpy as np
+  np.testing.assert_allclose(theory.measured_rates([[0.6, None], [None, None], [0.9, 0.3]], [0.5, 0.2]),
+                             [[0.6, 0.0], [0.6, 0.0], [0.75, 0.25]])  # an unreached depth: the row above; 1.2 -> 1
+  np.testing.assert_allclose(theory.measured_rates([[None, None], [0.7, 0.1]], [0.5, 0.2]), [[0.5, 0.2], [0.7, 0.1]])
+  with pytest.raises(ValueError, match="no tree round"):
+    theory.measured_rates([[None, None]])

@@ -7,7 +7,7 @@ import pytest
 
 import specjax
 from specjax import drafters, stats
-from specjax.benchmark import runner, theory
+from specjax.benchmark import theory, tree_cells
 from specjax.trees import DynamicTree, StaticTree
 from specjax.trees.ranks import path_ranks
 from test_rejection import TARGET_CONFIG
@@ -34,6 +34,10 @@ def test_acceptance_by_rank_counts_contexts_that_had_the_rank():
   # rank 0: accepted once over the 5 contexts with a child; rank 1: twice over the 3 with two; rank 2: never over
   # the 2 with three; rank 3: no context had it
   assert stats.acceptance_by_rank(ranks, children, 4) == [0.2, 2 / 3, 0.0, None]
+  # per depth: the root contexts (column 0) hold rank 0 once in 3 and rank 1 once in 2; depth 2's contexts (column
+  # 1) rank 1 once in the one with two children; the last column is the leaves' (no children), not a depth
+  assert stats.acceptance_by_depth_and_rank(ranks, children, 4) == [[1 / 3, 1 / 2, 0.0, None],
+                                                                    [0.0, 1.0, None, None]]
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +61,23 @@ def test_a_perfect_draft_is_accepted_at_rank_zero_and_the_log_matches_the_rounds
   result = specjax.generate(target, prompts, max_new_tokens=12, sampling=greedy, drafter=drafters.DraftModel(target),
                             tree=tree, stop_at_eos=False)
   assert result.stats.acceptance_by_rank[0] == 1.0 and not any(result.stats.acceptance_by_rank[1:])
+  by_depth = result.stats.acceptance_by_depth_and_rank
+  assert len(by_depth) == tree.max_depth and all(row[0] == 1.0 and not any(row[1:]) for row in by_depth)
 
 
 def test_tree_theory_of_a_record():
   tree = StaticTree(((0,), (1,), (0, 0)))
   rec = {"acceptance_by_rank": [0.6, 0.2], "tokens_per_round": 1.9}
-  runner._tree_theory(rec, tree)
+  tree_cells.tree_theory(rec, tree)
   assert rec["expected_tokens_per_round"] == pytest.approx(theory.tree_expected_tokens(tree, (0.6, 0.2)))
   assert "measured 1.90" in rec["theory_gap"]
   dynamic = {"acceptance_by_rank": [0.6, 0.2], "tokens_per_round": 1.9}
-  runner._tree_theory(dynamic, DynamicTree(3, 2, 2))
+  tree_cells.tree_theory(dynamic, DynamicTree(3, 2, 2))
   assert dynamic["expected_tokens_per_round"] == pytest.approx(rec["expected_tokens_per_round"])  # best tree of 3
+  per_depth = {"acceptance_by_rank": [0.6, 0.2], "acceptance_by_depth_and_rank": [[0.9, 0.05], [0.3, None]],
+               "tokens_per_round": 1.9}
+  tree_cells.tree_theory(per_depth, tree)
+  assert per_depth["expected_tokens_per_round"] == pytest.approx(1 + 0.9 + 0.05 + 0.9 * 0.3)
   empty = {"acceptance_by_rank": None}
-  runner._tree_theory(empty, tree)
+  tree_cells.tree_theory(empty, tree)
   assert "no tree rounds" in empty["theory_gap"]

@@ -191,3 +191,12 @@ def test_bad_trees_are_named():
   with pytest.raises(ValueError, match="3 nodes needs p and q at 4 contexts"):
     accept_tree(p, p, jnp.zeros((1, 3), jnp.int32), jnp.asarray([[-1, 0, 1]]), jax.random.key(0)[None],
                 branching="top_k")
+
+
+def test_greedy_tree_acceptance_from_ids_checks_its_shapes():
+  from specjax.trees.rejection import accept_tree_greedy
+  tokens, parents = jnp.asarray([[3, 4]]), jnp.asarray([[-1, 0]])
+  path, n, next_token = accept_tree_greedy(jnp.asarray([[3, 4, 6]]), tokens, parents)
+  assert path.tolist() == [[0, 1]] and n.tolist() == [2] and next_token.tolist() == [6]
+  with pytest.raises(ValueError, match="3 contexts"):
+    accept_tree_greedy(jnp.asarray([[3, 4]]), tokens, parents)
