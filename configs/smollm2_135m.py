@@ -23,6 +23,7 @@ def get_config():
   # (output_dir/<kind>/drafter).
   config.draft_model = "q4"          # the source of the drafter (below); for draft_model e.g. truncate:8
   config.k = 4
+  config.tree = ""                   # "" (a chain of K), "dynamic:N,DEPTH,TOP_K" (EAGLE-2) or "static:N,WIDTH"
   config.adaptive = False            # True: k="auto", the adaptive SpeculationPolicy (K per round, 0 when it does not pay)
   config.compare_autoregressive = True
   config.repeats = 3                 # timed calls per run, alternated between autoregressive and speculative

@@ -1,4 +1,4 @@
-"""What the scripts share: turning config strings into models, drafters and meshes."""
+"""What the scripts share: turning config strings into models, drafters, token trees and meshes."""
 
 from specjax.checkpoints import load_model
 from specjax.config import ModelConfig
@@ -41,3 +41,24 @@ def mesh_from_string(shape: str):
   except ValueError:
     raise ValueError(f"mesh must look like DATAxMODEL (e.g. 2x4), got {shape!r}") from None
   return make_mesh(data, model)
+
+
+def tree_from_string(spec: str):
+  """"" for none (a chain of K), "dynamic:N,DEPTH,TOP_K" for a `DynamicTree` (EAGLE-2) or "static:N,WIDTH" for the
+  balanced `StaticTree` of N nodes; children are the draft's ranked choices (branching "top_k")."""
+  if not spec:
+    return None
+  from specjax.trees import DynamicTree, StaticTree
+  kind, _, numbers = spec.partition(":")
+  shapes = {"dynamic": (3, "dynamic:N,DEPTH,TOP_K (e.g. dynamic:16,8,4)", DynamicTree),
+            "static": (2, "static:N,WIDTH (e.g. static:16,4)", StaticTree.balanced)}
+  if kind not in shapes:
+    raise ValueError(f"tree must be '', {' or '.join(form for _, form, _ in shapes.values())}; got {spec!r}")
+  count, form, build = shapes[kind]
+  try:
+    values = [int(x) for x in numbers.split(",")]
+  except ValueError:
+    values = []
+  if len(values) != count:
+    raise ValueError(f"a {kind} tree is written {form}; got {spec!r}")
+  return build(*values)

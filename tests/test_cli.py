@@ -32,3 +32,14 @@ def test_heads_need_a_trained_directory(target, tmp_path):
     drafter_from_config("medusa", target, str(tmp_path))
   with pytest.raises(ValueError, match="unknown drafter"):
     drafter_from_config("eagle9", target)
+
+
+def test_trees_from_strings():
+  from specjax.cli import tree_from_string
+  assert tree_from_string("") is None
+  assert tree_from_string("dynamic:16,8,4") == specjax.DynamicTree(16, 8, 4)
+  assert tree_from_string("static:6,2") == specjax.StaticTree.balanced(6, 2)
+  for bad, message in (("beam:4", "tree must be"), ("dynamic:16,8", "dynamic:N,DEPTH,TOP_K"),
+                       ("static:x,2", "static:N,WIDTH"), ("dynamic:999,8,4", "exceeds")):
+    with pytest.raises(ValueError, match=message):
+      tree_from_string(bad)
