@@ -16,6 +16,7 @@ from specjax.drafters import registry
 from specjax.policy import SpeculationPolicy
 from specjax.quantize import check_weights
 from specjax.sampling import SamplingParams
+from specjax.trees.expected import check_fits
 
 AR = "ar"
 AUTO = "auto"
@@ -67,8 +68,7 @@ class TunedTree:
   branching: str
 
   def __post_init__(self):
-    if sum(self.width ** d for d in range(1, self.depth + 1)) < self.n_nodes:
-      raise ValueError(f"no tree of {self.n_nodes} nodes is at most {self.depth} deep with {self.width} ranks")
+    check_fits(self.n_nodes, self.depth, self.width)   # the tuned tree will be best_tree's, which checks the same
 
   @property
   def slots(self) -> int:

@@ -140,8 +140,7 @@ def trees_section(ours, tree_costs: list) -> list[str]:
                    per_depth, r.get("verified_per_accepted"), r["speedup_vs_ar"], r.get("paired_speedup_vs_ar")])
     parts += ["Trees (nodes; dynamic, EAGLE-2, static, or tuned: the static tree of the most expected tokens at the "
               "acceptance per depth and rank measured on calibration prompts; depth; branching). tok/round against "
-              "the same drafter's "
-              "chain; acceptance per depth: P(depth d accepted | depth d - 1 was).", "",
+              "the same drafter's chain; acceptance per depth: P(depth d accepted | depth d - 1 was).", "",
               _table(["category", "T", "B", "method", "tree", "tok/round", "chain", "tree / chain",
                       "acceptance per depth", "nodes / accepted", "speedup", "paired"], rows), ""]
   if tree_costs:

@@ -65,14 +65,19 @@ def tree_expected_tokens(tree, accept_by_rank) -> float:
   return 1.0 + sum(reach)
 
 
+def check_fits(n_nodes: int, max_depth: int, width: int) -> None:
+  """Raises unless some tree of n_nodes is at most max_depth deep with ranks below width."""
+  if n_nodes < 1 or max_depth < 1 or sum(width ** d for d in range(1, max_depth + 1)) < n_nodes:
+    raise ValueError(f"no tree of {n_nodes} nodes is at most {max_depth} deep with {width} ranks")
+
+
 def best_tree(n_nodes: int, accept_by_rank, max_depth: int, branching: str = "top_k"):
   """The static tree of n_nodes, at most max_depth deep, with the most expected tokens per round (Sequoia; Medusa's
   calibrated tree): the n_nodes likeliest paths, grown from the root, each after its parent and its lower-ranked
   sibling (so the set is a tree). accept_by_rank: as `tree_expected_tokens` takes it."""
   table = _rate_table(accept_by_rank)
   width = len(table[0])
-  if n_nodes < 1 or max_depth < 1 or sum(width ** d for d in range(1, max_depth + 1)) < n_nodes:
-    raise ValueError(f"no tree of {n_nodes} nodes is at most {max_depth} deep with {width} ranks")
+  check_fits(n_nodes, max_depth, width)
   chosen, frontier = [], {(0,): (_rate(table, 1, 0), 1.0)}  # path: (its probability, its parent's)
   while len(chosen) < n_nodes:
     path = min(frontier, key=lambda p: (-frontier[p][0], len(p), p))
