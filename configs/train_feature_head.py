@@ -27,12 +27,15 @@ def get_config():
                   # sequences from the packaged text corpus (scripts/build_corpus.py), e.g. text_sequences=4000
                   text_corpus="data/corpus", text_sequences=0,
                   # the target's answers to passage + instruction prompts (long-context style), e.g. 480
-                  passage_prompts=0)
+                  passage_prompts=0,
+                  # "bfloat16": the feature pass's large products on bfloat16 operands, 2x on an AMX CPU
+                  feature_gemm="float32")
   # Shared optimisation settings; each drafter's own `train` entry below overrides them for that drafter.
   # on_policy_repeats: each of the target's own answers comes this many times an epoch (weighted up against text).
+  # bf16_gemm: the step's large products on bfloat16 operands, float32 sums (1.6x a feature-head step on AMX).
   c.train = dict(steps=300, batch_size=4, learning_rate=1e-3, warmup_steps=30, end_lr_fraction=0.1,
                  weight_decay=0.01, clip_norm=1.0, seed=0, checkpoint_every=50, keep_checkpoints=2, log_every=10,
-                 eval_every=100, on_policy_repeats=1)
+                 eval_every=100, on_policy_repeats=1, bf16_gemm=False)
   c.eval = dict(categories=("prose", "code"), prompts_per_category=10, max_new_tokens=64, k=4)
   # feature_layers () = low, middle, high (2, n/2, n-3); draft_vocab_size: the most frequent corpus tokens the
   # head proposes among (0 = all); ttt_steps: draft steps unrolled in training (training-time test); n_layers:

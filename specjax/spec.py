@@ -41,6 +41,7 @@ class TargetSpec:
   graphdef: Any                      # the target's NNX graph
   mesh: Any = None                   # a ("data", "model") jax Mesh, or None for one device
   kernels: bool = True               # the CPU kernels may be used (they are off on meshes: no partitioning rule)
+  bf16_gemm: bool = False            # prefill-shaped float32 products take bfloat16 operands (`kernels.bf16_gemm`)
 
   def __post_init__(self):
     if self.mesh is not None and self.kernels:

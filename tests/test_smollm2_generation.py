@@ -1,6 +1,5 @@
 """The real SmolLM2-135M: greedy generation equals HF transformers, and greedy speculation equals greedy."""
 
-import numpy as np
 import pytest
 
 import specjax

@@ -1,6 +1,5 @@
 """DecodeSpec: the one static argument of the programs, validated where it is made; one host path for a request."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

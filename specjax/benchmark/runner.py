@@ -117,9 +117,9 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
 
   units = len(cells) * len(c["categories"])
   bar = tqdm(total=units + (peer_runner.units() if peer_runner else 0), desc="benchmark", disable=not progress)
-  compiled, calibration, records, outputs = set(), Calibration(), [], {}
-  for i, (cell, cat) in enumerate(itertools.product(cells, c["categories"])):
-    if i and (cell.batch_size, cell.temperature) != (previous.batch_size, previous.temperature):
+  compiled, calibration, records, outputs, previous = set(), Calibration(), [], {}, None
+  for cell, cat in itertools.product(cells, c["categories"]):
+    if previous is not None and (cell.batch_size, cell.temperature) != (previous.batch_size, previous.temperature):
       jax.clear_caches()  # no later cell reuses these programs; each holds memory maps (vm.max_map_count)
     previous = cell
     bar.set_postfix_str(f"{cell.method} k={cell.k} B={cell.batch_size} T={cell.temperature:g} {cat}")

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.kernels.linear import gemm
 from specjax.model import Model
 from specjax.sampling import draw_tokens
 
@@ -28,8 +29,9 @@ def frozen_head(target: Model, vocab_ids=None) -> dict:
 
 
 def head_logits(frozen: dict, hidden_xD: jax.Array) -> jax.Array:
-  """Float32 logits over the draft vocabulary, [..., V_draft]."""
-  return jnp.einsum("...d,vd->...v", hidden_xD.astype(jnp.float32), frozen["head"].astype(jnp.float32))
+  """Float32 logits over the draft vocabulary, [..., V_draft] (XLA's dot; in a training step under `bf16_gemm`, on
+  bfloat16 operands)."""
+  return gemm(hidden_xD.astype(jnp.float32), frozen["head"].astype(jnp.float32), transposed=True)
 
 
 def full_vocab_logits(frozen: dict, logits_xVd: jax.Array) -> jax.Array:

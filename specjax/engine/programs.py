@@ -21,7 +21,7 @@ from specjax.cache import init_cache
 from specjax.drafters.base import TargetFeatures
 from specjax.engine.round import init_drafter, prefill, score, speculative_round, target_features, tree_round
 from specjax.engine.state import DecodeState, row_keys, unfinished
-from specjax.kernels.linear import use_kernels
+from specjax.kernels.linear import bf16_gemm, use_kernels
 from specjax.kernels.packed import packed_params
 from specjax.policy import PolicyInputs, init_policy_state
 from specjax.spec import DecodeSpec, PrefillSpec, TargetSpec
@@ -31,8 +31,8 @@ from specjax.trees.layout import tree_layout
 @contextlib.contextmanager
 def traced(spec, target_params):
   """The target module of `spec` (a Target-, Prefill- or DecodeSpec: the graph merged with the parameters) under
-  the spec's kernel routing, for tracing."""
-  with use_kernels(spec.kernels):
+  the spec's kernel routing (and a TargetSpec's `bf16_gemm`), for tracing."""
+  with use_kernels(spec.kernels), bf16_gemm(getattr(spec, "bf16_gemm", False)):
     yield nnx.merge(spec.graphdef, target_params)
 
 

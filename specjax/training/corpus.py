@@ -20,6 +20,9 @@ from specjax.training import shards
 from specjax.training.prompt_pool import training_prompts
 
 
+FEATURE_GEMMS = ("float32", "bfloat16")
+
+
 @dataclasses.dataclass(frozen=True)
 class CorpusConfig:
   """How much text to make; the fields (with the target) key the on-disk cache."""
@@ -35,6 +38,13 @@ class CorpusConfig:
   text_corpus: str = ""            # a `scripts/build_corpus.py` output directory (its manifest.json) ...
   text_sequences: int = 0          # ... and how many seq_len-token sequences to take from it, spread over its kinds
   passage_prompts: int = 0         # on-policy answers to passage + instruction prompts (`specjax.training.passages`)
+  # "bfloat16": the feature pass's prefill-shaped products take bfloat16 operands (float32 accumulation), 2x on an
+  # AMX CPU, features about 1% off the float32 target's (docs/results.md section 48)
+  feature_gemm: str = "float32"
+
+  def __post_init__(self):
+    if self.feature_gemm not in FEATURE_GEMMS:
+      raise ValueError(f"feature_gemm must be one of {list(FEATURE_GEMMS)}, got {self.feature_gemm!r}")
 
 
 def on_policy_ids(target: Model, prompts: list[str], config: CorpusConfig) -> list[list[int]]:

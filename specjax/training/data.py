@@ -58,19 +58,21 @@ class Corpus:
             "hidden": jnp.asarray(self.hidden[rows]), "layers": jnp.asarray(self.layers[rows][:, :, index])}
 
 
-def _target_forward(target: Model, tokens_BxT, layer_ids):
-  """Final hidden states and the layers' residual streams of these sequences, float16 (the corpus's storage)."""
-  features = features_program(target.params, tokens_BxT, spec=TargetSpec(graphdef=target.graphdef),
+def _target_forward(target: Model, tokens_BxT, layer_ids, bf16_gemm: bool = False):
+  """Final hidden states and the layers' residual streams of these sequences, float16 (the corpus's storage);
+  `bf16_gemm`: the products with bfloat16 operands (`CorpusConfig.feature_gemm`)."""
+  features = features_program(target.params, tokens_BxT, spec=TargetSpec(graphdef=target.graphdef, bf16_gemm=bf16_gemm),
                               layer_ids=tuple(layer_ids))
   return features.hidden_BxTxD.astype(jnp.float16), features.layers_BxTxLxD.astype(jnp.float16)
 
 
-def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_size: int = 8):
+def target_pass(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, batch_size: int = 8,
+                bf16_gemm: bool = False):
   """The target over every sequence (teacher forcing), in memory: hidden [N, T, D] and layers [N, T, L, D],
   float16."""
   start_time = time.perf_counter()
   with tqdm.tqdm(total=tokens_NxT.size, unit="tok", unit_scale=True, desc="target features", leave=False) as bar:
-    hidden, layers = forward_rows(lambda t: _target_forward(target, jnp.asarray(t), layer_ids), tokens_NxT,
+    hidden, layers = forward_rows(lambda t: _target_forward(target, jnp.asarray(t), layer_ids, bf16_gemm), tokens_NxT,
                                   batch_size, lambda n: bar.update(n * tokens_NxT.shape[1]))
   report_rate(tokens_NxT.size, time.perf_counter() - start_time, batch_size, tokens_NxT.shape[1])
   return hidden, layers
@@ -123,21 +125,22 @@ def _donors(cache_dir: str, key: str, layer_ids: tuple, digest: str, seq_len: in
   return donors
 
 
-def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, cache_dir: str, key: str) -> tuple:
+def _features(target: Model, tokens_NxT: np.ndarray, layer_ids: tuple, cache_dir: str, key: str,
+              bf16_gemm: bool = False) -> tuple:
   """(layer ids held, hidden, layers): the target pass, memory-mapped from a whole store in `cache_dir` that holds
   every wanted layer, else written there (resuming a partial one, copying the rows other stores of this target
   hold) with the union of the wanted layers and those of the stores it then replaces, so alternating configs do not
   recompute each other's."""
   if not cache_dir:
-    return (layer_ids, *target_pass(target, tokens_NxT, layer_ids))
+    return (layer_ids, *target_pass(target, tokens_NxT, layer_ids, bf16_gemm=bf16_gemm))
   mine = [(d, read_layout(d), open_store(d)) for d in stores_of(cache_dir, key)]
   for _, layout, store in mine:
     if store is not None and set(layer_ids) <= set(layout.layer_ids):
       return layout.layer_ids, store[1], store[2]
   wanted = tuple(sorted(set(layer_ids).union(*[layout.layer_ids for _, layout, _ in mine if layout is not None])))
   directory = store_dir(cache_dir, key, wanted)
-  digest = target_digest(target)
-  write_store(directory, tokens_NxT, wanted, lambda t: _target_forward(target, jnp.asarray(t), wanted),
+  digest = target_digest(target) + ("-bf16-gemm" if bf16_gemm else "")  # donors only of the same precision
+  write_store(directory, tokens_NxT, wanted, lambda t: _target_forward(target, jnp.asarray(t), wanted, bf16_gemm),
               target=digest, donors=_donors(cache_dir, key, wanted, digest, tokens_NxT.shape[1]))
   for superseded, _, _ in mine:
     if superseded != directory:
@@ -163,8 +166,9 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
   the target's features are cached apart: a config that changes only the other text does not regenerate)."""
   layer_ids = tuple(sorted(set(layer_ids)))
   fields = dataclasses.asdict(config)
-  if not config.passage_prompts:  # a field added later keys the cache only when set: older caches stay valid
-    del fields["passage_prompts"]
+  for field, default in (("passage_prompts", 0), ("feature_gemm", "float32")):
+    if fields[field] == default:  # a field added later keys the cache only when set: older caches stay valid
+      del fields[field]
   pool = pool_prompts(config)
   tokens_key = _key(target_fingerprint(target), fields, pool)
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
@@ -176,7 +180,8 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
     text = corpus_tokens(target, config, generated, passages)
   if tokens_path and not os.path.exists(tokens_path):
     _save(tokens_path, text)
-  held_ids, hidden, layers = _features(target, text["tokens"], layer_ids, cache_dir, tokens_key)
+  held_ids, hidden, layers = _features(target, text["tokens"], layer_ids, cache_dir, tokens_key,
+                                       bf16_gemm=config.feature_gemm == "bfloat16")
   n = len(text["tokens"])
   order = np.random.default_rng(config.seed).permutation(n)
   heldout = np.zeros(n, bool)

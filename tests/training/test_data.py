@@ -73,3 +73,25 @@ def test_passage_answers_join_the_on_policy_rows_and_the_pool_answers_are_kept(p
   again = build_corpus(peaked_target, with_passages, layer_ids=(1,), cache_dir=str(tmp_path))
   assert prompts_answered == []
   np.testing.assert_array_equal(again.tokens, second.tokens)
+
+
+def test_bf16_gemm_features_are_their_own_store_near_the_float32_ones(peaked_target, tiny_corpus_config, tmp_path,
+                                                                       monkeypatch):
+  """`feature_gemm="bfloat16"` keys its own feature store (never reused for, nor copied into, the float32 one), reuses
+  the generated text, and gives features within a few percent of the float32 pass's."""
+  exact = build_corpus(peaked_target, tiny_corpus_config, layer_ids=(1,), cache_dir=str(tmp_path))
+  monkeypatch.setattr(corpus_module, "on_policy_ids", lambda *a, **k: pytest.fail("the on-policy text was generated"))
+  fast = build_corpus(peaked_target, dataclasses.replace(tiny_corpus_config, feature_gemm="bfloat16"), layer_ids=(1,),
+                      cache_dir=str(tmp_path))
+  np.testing.assert_array_equal(fast.tokens, exact.tokens)
+  exact_layers, fast_layers = np.asarray(exact.layers, np.float32), np.asarray(fast.layers, np.float32)
+  assert not np.array_equal(fast_layers, exact_layers)
+  assert np.median(np.abs(fast_layers - exact_layers)) < 0.03 * np.median(np.abs(exact_layers))
+  assert len(list(tmp_path.glob("features-*"))) == 2
+  again = build_corpus(peaked_target, tiny_corpus_config, layer_ids=(1,), cache_dir=str(tmp_path))
+  np.testing.assert_array_equal(np.asarray(again.layers), np.asarray(exact.layers))
+
+
+def test_an_unknown_feature_gemm_is_refused(tiny_corpus_config):
+  with pytest.raises(ValueError, match="feature_gemm must be one of"):
+    dataclasses.replace(tiny_corpus_config, feature_gemm="float16")

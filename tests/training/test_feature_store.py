@@ -141,9 +141,9 @@ def test_a_corpus_with_more_rows_computes_only_the_new_ones(peaked_target, tiny_
   computed = []
   forward = data_module._target_forward
 
-  def counting(target, tokens_BxT, layer_ids):
+  def counting(target, tokens_BxT, layer_ids, *precision):
     computed.append(np.asarray(tokens_BxT))
-    return forward(target, tokens_BxT, layer_ids)
+    return forward(target, tokens_BxT, layer_ids, *precision)
 
   monkeypatch.setattr(data_module, "_target_forward", counting)
   more = dataclasses.replace(tiny_corpus_config, stdlib_sequences=tiny_corpus_config.stdlib_sequences + 4)
