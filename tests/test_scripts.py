@@ -30,8 +30,9 @@ def test_generate_script_runs_the_adaptive_policy():
 
 
 def test_generate_script_drafts_a_token_tree():
-  out = subprocess.run([sys.executable, "scripts/generate.py", "--config=configs/tiny.py", "--config.tree=dynamic:6,3,2",
-                        "--config.repeats=1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  out = subprocess.run([sys.executable, "scripts/generate.py", "--config=configs/tiny.py",
+                        "--config.tree=dynamic:6,3,2", "--config.repeats=1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-2000:]
   assert "== speculative (draft_model, tree=dynamic:6,3,2)" in out.stdout and "tokens per round" in out.stdout
   bad = subprocess.run([sys.executable, "scripts/generate.py", "--config=configs/tiny.py", "--config.tree=dynamic:6",
