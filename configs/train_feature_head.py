@@ -28,6 +28,8 @@ def get_config():
                   text_corpus="data/corpus", text_sequences=0,
                   # the target's answers to passage + instruction prompts (long-context style), e.g. 480
                   passage_prompts=0,
+                  # the target's answers to prose, code and JSON/CSV tasks made from packaged text, e.g. 4000
+                  task_prompts=0,
                   # "bfloat16": the feature pass's large products on bfloat16 operands, 2x on an AMX CPU
                   feature_gemm="float32")
   # Shared optimisation settings; each drafter's own `train` entry below overrides them for that drafter.

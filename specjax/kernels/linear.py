@@ -64,11 +64,14 @@ def _skinny_fwd(x_MxK, w, transposed):
   return _skinny_impl(x_MxK, w, transposed), (x_MxK, w)
 
 
+def _weight_grad(transposed: bool, x_MxK, g_MxN):
+  """d loss / d w of x @ w (w [N, K] when transposed), in the input's dtype."""
+  return g_MxN.T @ x_MxK if transposed else x_MxK.T @ g_MxN
+
+
 def _skinny_bwd(transposed, residuals, g_MxN):
   x_MxK, w = residuals
-  if transposed:
-    return g_MxN @ w, g_MxN.T @ x_MxK
-  return g_MxN @ w.T, x_MxK.T @ g_MxN
+  return (g_MxN @ w if transposed else g_MxN @ w.T), _weight_grad(transposed, x_MxK, g_MxN)
 
 
 _skinny = jax.custom_vjp(_skinny_impl, nondiff_argnums=(2,))
@@ -136,9 +139,7 @@ def _bf16_product_fwd(x_MxK, w, transposed):
 def _bf16_product_bwd(transposed, residuals, g_MxN):
   """dx on the bf16 GEMM too; dw (a contraction over the rows) in float32, where XLA:CPU's bf16 path is slower."""
   x_MxK, w = residuals
-  dx = _bf16_dot(g_MxN, w, 0 if transposed else 1)
-  dw = g_MxN.T @ x_MxK if transposed else x_MxK.T @ g_MxN
-  return dx, dw
+  return _bf16_dot(g_MxN, w, 0 if transposed else 1), _weight_grad(transposed, x_MxK, g_MxN)
 
 
 _bf16_product = jax.custom_vjp(_bf16_product_impl, nondiff_argnums=(2,))

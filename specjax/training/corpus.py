@@ -38,11 +38,14 @@ class CorpusConfig:
   text_corpus: str = ""            # a `scripts/build_corpus.py` output directory (its manifest.json) ...
   text_sequences: int = 0          # ... and how many seq_len-token sequences to take from it, spread over its kinds
   passage_prompts: int = 0         # on-policy answers to passage + instruction prompts (`specjax.training.passages`)
+  task_prompts: int = 0            # ... and to prose, code and JSON/CSV tasks made from packaged text (`task_prompts`)
   # "bfloat16": the feature pass's prefill-shaped products take bfloat16 operands (float32 accumulation), 2x on an
   # AMX CPU, features about 1% off the float32 target's (docs/results.md section 48)
   feature_gemm: str = "float32"
 
   def __post_init__(self):
+    if self.task_prompts < 0:
+      raise ValueError(f"task_prompts must be >= 0, got {self.task_prompts}")
     if self.feature_gemm not in FEATURE_GEMMS:
       raise ValueError(f"feature_gemm must be one of {list(FEATURE_GEMMS)}, got {self.feature_gemm!r}")
 
@@ -168,17 +171,25 @@ def generated_tokens(target: Model, config: CorpusConfig, prompts: list[str] | N
   return {"tokens": tokens, "mask": mask}
 
 
-def corpus_tokens(target: Model, config: CorpusConfig, generated: dict | None = None, passages: dict | None = None
-                  ) -> dict:
-  """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first: the pool's answers, then the
-  passages'; then standard library, then the text corpus); `generated` and `passages` are `generated_tokens`'
-  outputs for the pool and for `passage_prompts` when they were made before."""
-  generated = generated_tokens(target, config) if generated is None else generated
+def answer_sets(config: CorpusConfig) -> list[tuple[str, list[str]]]:
+  """The prompt sets the target answers (on-policy rows), in corpus order, each named for its cache file: the pool,
+  then `passage_prompts` (`specjax.training.passages`), then `task_prompts` (`specjax.training.task_prompts`)."""
+  from specjax.training.passages import passage_prompts  # passages.py reads this module's docstrings
+  from specjax.training.task_prompts import task_prompts
+  sets = [("generated", pool_prompts(config))]
   if config.passage_prompts:
-    from specjax.training.passages import passage_prompts  # passages.py reads this module's docstrings
-    if passages is None:
-      passages = generated_tokens(target, config, passage_prompts(config.passage_prompts, config.seed))
-    generated = {name: np.concatenate([generated[name], passages[name]]) for name in ("tokens", "mask")}
+    sets.append(("passages", passage_prompts(config.passage_prompts, config.seed)))
+  if config.task_prompts:
+    sets.append(("tasks", task_prompts(config.task_prompts, config.seed)))
+  return sets
+
+
+def corpus_tokens(target: Model, config: CorpusConfig, answers: list[dict] | None = None) -> dict:
+  """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, `answer_sets` in order; then standard
+  library, then the text corpus); `answers` are `generated_tokens`' outputs for `answer_sets` when made before."""
+  if answers is None:
+    answers = [generated_tokens(target, config, prompts) for _, prompts in answer_sets(config)]
+  generated = {name: np.concatenate([a[name] for a in answers]) for name in ("tokens", "mask")}
   library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
   if config.text_sequences:
     library += text_corpus_sequences(config.text_corpus, config.text_sequences, config.seq_len, config.seed)

@@ -17,10 +17,10 @@ import tqdm
 from specjax.engine import features_program
 from specjax.model import Model
 from specjax.spec import TargetSpec
-from specjax.training.corpus import GENERATION_FIELDS, CorpusConfig, corpus_tokens, generated_tokens, pool_prompts
+from specjax.training.corpus import (GENERATION_FIELDS, CorpusConfig, answer_sets, corpus_tokens, generated_tokens,
+                                     pool_prompts)
 from specjax.training.feature_store import (Donor, forward_rows, open_store, read_layout, report_rate, store_dir,
                                             store_key, stores_of, write_store)
-from specjax.training.passages import passage_prompts
 
 
 @dataclasses.dataclass
@@ -166,7 +166,7 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
   the target's features are cached apart: a config that changes only the other text does not regenerate)."""
   layer_ids = tuple(sorted(set(layer_ids)))
   fields = dataclasses.asdict(config)
-  for field, default in (("passage_prompts", 0), ("feature_gemm", "float32")):
+  for field, default in (("passage_prompts", 0), ("task_prompts", 0), ("feature_gemm", "float32")):
     if fields[field] == default:  # a field added later keys the cache only when set: older caches stay valid
       del fields[field]
   pool = pool_prompts(config)
@@ -174,10 +174,8 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
   text = _load(tokens_path) if tokens_path else None
   if text is None:
-    generated = _generation(target, config, "generated", pool, cache_dir)
-    passages = (_generation(target, config, "passages", passage_prompts(config.passage_prompts, config.seed),
-                            cache_dir) if config.passage_prompts else None)
-    text = corpus_tokens(target, config, generated, passages)
+    answers = [_generation(target, config, name, prompts, cache_dir) for name, prompts in answer_sets(config)]
+    text = corpus_tokens(target, config, answers)
   if tokens_path and not os.path.exists(tokens_path):
     _save(tokens_path, text)
   held_ids, hidden, layers = _features(target, text["tokens"], layer_ids, cache_dir, tokens_key,

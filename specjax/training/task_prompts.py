@@ -1,0 +1,188 @@
+"""Training prompts made from packaged text, thousands where the hand-written pool (`prompt_pool`) has 1,288, so the
+target's own answers to them (on-policy, the way EAGLE's and DFlash's recipes regenerate responses) can be a large
+share of a corpus: prose tasks about Wikipedia article titles, the standard library's functions to write, and JSON
+and CSV tasks over records. Any prompt sharing an 8-word run with a benchmark prompt is dropped."""
+
+import ast
+import functools
+import itertools
+import os
+import re
+import sysconfig
+
+import numpy as np
+
+from specjax.training import holdout
+from specjax.training.sources import wiki
+from specjax.training.sources.python_code import SKIP_DIRS
+
+PROSE_TEMPLATES = (
+    "Write a paragraph about {}.",
+    "Explain what {} is to a ten-year-old in simple words.",
+    "Describe {} in three sentences.",
+    "Write a short story of three sentences that mentions {}.",
+    "Give three facts about {}, with one sentence each.",
+    "Write a short news report about {}.",
+    "Write a friendly email to a friend about {}.",
+    "Summarize what most people should know about {}.",
+    "Write a short poem about {}.",
+    "Write a paragraph arguing that {} is worth learning about.",
+    "Write a diary entry about a day spent learning about {}.",
+    "Write a short speech that mentions {}.",
+)
+# (singular, plural, field names): records the structured tasks ask for, none of them the benchmark's own
+RECORDS = (
+    ("city", "cities", ("name", "country", "population", "mayor", "founded", "area_km2")),
+    ("film", "films", ("title", "director", "year", "genre", "rating", "minutes")),
+    ("song", "songs", ("title", "artist", "album", "year", "seconds", "genre")),
+    ("car", "cars", ("make", "model", "year", "color", "price", "mileage")),
+    ("recipe", "recipes", ("name", "cuisine", "minutes", "servings", "difficulty", "calories")),
+    ("employee", "employees", ("name", "department", "salary", "start_date", "manager", "office")),
+    ("planet", "planets", ("name", "moons", "rings", "diameter_km", "distance_au", "type")),
+    ("restaurant", "restaurants", ("name", "city", "cuisine", "rating", "price_level", "open_late")),
+    ("laptop", "laptops", ("brand", "model", "ram_gb", "storage_gb", "price", "weight_kg")),
+    ("flight", "flights", ("number", "origin", "destination", "departure", "arrival", "gate")),
+    ("animal", "animals", ("name", "species", "legs", "habitat", "diet", "lifespan_years")),
+    ("student", "students", ("name", "grade", "subject", "score", "teacher", "year")),
+    ("hotel", "hotels", ("name", "city", "stars", "rooms", "price_per_night", "pool")),
+    ("order", "orders", ("id", "customer", "item", "quantity", "total", "status")),
+    ("museum", "museums", ("name", "city", "founded", "visitors", "director", "free_entry")),
+    ("sensor reading", "sensor readings", ("sensor", "time", "temperature", "humidity", "battery", "location")),
+    ("country", "countries", ("name", "capital", "language", "currency", "population", "continent")),
+    ("game", "games", ("title", "studio", "year", "platform", "players", "price")),
+    ("ticket", "tickets", ("id", "title", "priority", "assignee", "status", "created")),
+    ("tree", "trees", ("species", "height_m", "age_years", "park", "leaf_type", "planted")),
+)
+COUNTS = ("two", "three", "four", "five")
+KIND_SHARES = (("prose", 2), ("code", 1), ("structured", 1))   # prompts of each kind per 4 taken
+_TITLE = re.compile(r"^[A-Za-z][A-Za-z0-9 ,'\-]{1,40}$")
+# imperative first words of docstring summaries that read as a task ("Return the sum" -> "returns the sum")
+VERBS = frozenset((
+    "Add", "Apply", "Build", "Calculate", "Check", "Clear", "Combine", "Compare", "Compute", "Construct", "Convert",
+    "Copy", "Count", "Create", "Decode", "Delete", "Determine", "Encode", "Escape", "Extract", "Fill", "Find",
+    "Format", "Generate", "Get", "Insert", "Join", "Load", "Make", "Merge", "Normalize", "Parse", "Print", "Produce",
+    "Quote", "Read", "Remove", "Replace", "Return", "Returns", "Reverse", "Search", "Sort", "Split", "Strip", "Test",
+    "Translate", "Unquote", "Update", "Validate", "Wrap", "Write"))
+_SUMMARY = re.compile(r"^[A-Z][a-z]+ [A-Za-z0-9 ,;'`\"\-()\[\]=.*/+<>]{8,160}$")
+_SENTENCE = re.compile(r"(?<=\.)\s")
+
+
+def _quoted(names) -> str:
+  names = [f'"{n}"' for n in names]
+  return ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
+def _article(noun: str) -> str:
+  return "an" if noun[0] in "aeiou" else "a"
+
+
+def prose_prompts(wiki_root: str = "") -> list[str]:
+  """A prose task per Wikipedia article whose lead names its subject (`_subject`), templates turning over them."""
+  subjects = [s for s in map(_subject, wiki.read(wiki_root)) if s]
+  return [PROSE_TEMPLATES[i % len(PROSE_TEMPLATES)].format(s) for i, s in enumerate(subjects)]
+
+
+def _subject(doc) -> str | None:
+  """How the article names its subject: 'a lawn mower' (its lead says "A lawn mower is"), 'Nigeria', 'okra' (the
+  title lower-cased where the lead writes it so); None for titles the lead does not open with."""
+  title, _, lead = doc.text.partition("\n\n")
+  if not _TITLE.match(title):
+    return None
+  article = re.match(r"(A|An|The) (" + re.escape(title) + r")\b", lead, re.I)
+  if article:
+    return f"{article.group(1).lower()} {article.group(2)}"
+  if not lead.startswith(title):
+    return None
+  lower = title[0].lower() + title[1:]
+  return lower if lower in lead[len(title):] else title
+
+
+def _third_person(summary: str) -> str:
+  """'Return the sum.' -> 'returns the sum': a docstring's imperative first sentence, as the benchmark words tasks."""
+  verb, rest = summary.rstrip(".").split(" ", 1)
+  verb = verb.lower()
+  if not verb.endswith("s"):
+    verb = (verb[:-1] + "ies" if verb.endswith("y") and verb[-2] not in "aeiou"
+            else verb + ("es" if verb.endswith(("sh", "ch", "x")) else "s"))
+  return f"{verb} {rest}"
+
+
+def _function_task(node: ast.FunctionDef) -> str | None:
+  doc = ast.get_docstring(node)
+  args = node.args
+  if not doc or node.name.startswith("_") or args.vararg or args.kwarg or args.kwonlyargs:
+    return None
+  summary = _SENTENCE.split(" ".join(doc.split("\n\n", 1)[0].split()), 1)[0]
+  names = [a.arg for a in args.posonlyargs + args.args if a.arg not in ("self", "cls")]
+  if not _SUMMARY.match(summary) or summary.split(" ", 1)[0] not in VERBS or not 1 <= len(names) <= 4:
+    return None
+  return (f"Write a Python function `{node.name}({', '.join(names)})` that {_third_person(summary)}. "
+          "Reply with only the code.")
+
+
+def code_prompts(root: str = "") -> list[str]:
+  """A task per public function or method (of a top-level class) of the standard library (or `root`) whose
+  docstring opens with an imperative one-sentence summary (`VERBS`), in file order."""
+  base = root or sysconfig.get_paths()["stdlib"]
+  found, seen = [], set()
+  for directory, dirs, files in os.walk(base):
+    dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+    for name in sorted(f for f in files if f.endswith(".py")):
+      try:
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+          tree = ast.parse(f.read())
+      except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+        continue
+      nodes = tree.body + [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body]
+      for node in nodes:
+        task = _function_task(node) if isinstance(node, ast.FunctionDef) else None
+        if task and task not in seen:
+          seen.add(task)
+          found.append(task)
+  return found
+
+
+def structured_prompts() -> list[str]:
+  """JSON objects, JSON arrays and CSV tables over every three- and four-field choice of each record's fields."""
+  found = []
+  for (one, many, fields), size in itertools.product(RECORDS, (3, 4)):
+    for i, chosen in enumerate(itertools.combinations(fields, size)):
+      count = COUNTS[i % len(COUNTS)]
+      found += [
+          f"Return a JSON object describing {_article(one)} {one} with the keys {_quoted(chosen)}. Reply with only the JSON.",
+          f"Return a JSON array of {count} objects, each with the keys {_quoted(chosen)}, for {count} {many}. "
+          "Reply with only the JSON.",
+          f"Write a CSV table with the header row {','.join(chosen)} and {count} rows of {many}. "
+          "Reply with only the CSV.",
+      ]
+  return found
+
+
+@functools.lru_cache(maxsize=2)
+def _pools(wiki_root: str, code_root: str) -> dict[str, tuple[str, ...]]:
+  held_out = holdout.benchmark_shingles()
+  pools = {"prose": prose_prompts(wiki_root), "code": code_prompts(code_root), "structured": structured_prompts()}
+  return {kind: tuple(p for p in prompts if not holdout.overlaps(p, held_out)) for kind, prompts in pools.items()}
+
+
+def task_prompts(n: int, seed: int = 0, wiki_root: str = "", code_root: str = "") -> list[str]:
+  """n prompts, prose, code and structured interleaved 2:1:1 (`KIND_SHARES`), each kind seeded-shuffled; a kind
+  that runs out leaves its turns to the others."""
+  if n < 0:
+    raise ValueError(f"task_prompts: n must be >= 0, got {n}")
+  if n == 0:
+    return []
+  rng = np.random.default_rng(seed)
+  pools = _pools(wiki_root, code_root)
+  queues = {kind: [pools[kind][i] for i in rng.permutation(len(pools[kind]))] for kind, _ in KIND_SHARES}
+  available = sum(len(q) for q in queues.values())
+  if n > available:
+    raise ValueError(f"task_prompts: asked for {n} prompts, the packaged text gives {available} "
+                     f"({', '.join(f'{k} {len(q)}' for k, q in queues.items())})")
+  turns = [kind for kind, share in KIND_SHARES for _ in range(share)]
+  prompts = []
+  for turn in itertools.cycle(turns):
+    if queues[turn]:
+      prompts.append(queues[turn].pop(0))
+      if len(prompts) == n:
+        return prompts
