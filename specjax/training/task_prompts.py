@@ -149,7 +149,8 @@ def structured_prompts() -> list[str]:
     for i, chosen in enumerate(itertools.combinations(fields, size)):
       count = COUNTS[i % len(COUNTS)]
       found += [
-          f"Return a JSON object describing {_article(one)} {one} with the keys {_quoted(chosen)}. Reply with only the JSON.",
+          f"Return a JSON object describing {_article(one)} {one} with the keys {_quoted(chosen)}. "
+          "Reply with only the JSON.",
           f"Return a JSON array of {count} objects, each with the keys {_quoted(chosen)}, for {count} {many}. "
           "Reply with only the JSON.",
           f"Write a CSV table with the header row {','.join(chosen)} and {count} rows of {many}. "
