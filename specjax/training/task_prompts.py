@@ -4,17 +4,15 @@ share of a corpus: prose tasks about Wikipedia article titles, the standard libr
 and CSV tasks over records. Any prompt sharing an 8-word run with a benchmark prompt is dropped."""
 
 import ast
+import collections
 import functools
 import itertools
-import os
 import re
-import sysconfig
 
 import numpy as np
 
 from specjax.training import holdout
-from specjax.training.sources import wiki
-from specjax.training.sources.python_code import SKIP_DIRS
+from specjax.training.sources import python_code, wiki
 
 PROSE_TEMPLATES = (
     "Write a paragraph about {}.",
@@ -123,22 +121,19 @@ def _function_task(node: ast.FunctionDef) -> str | None:
 def code_prompts(root: str = "") -> list[str]:
   """A task per public function or method (of a top-level class) of the standard library (or `root`) whose
   docstring opens with an imperative one-sentence summary (`VERBS`), in file order."""
-  base = root or sysconfig.get_paths()["stdlib"]
   found, seen = [], set()
-  for directory, dirs, files in os.walk(base):
-    dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-    for name in sorted(f for f in files if f.endswith(".py")):
-      try:
-        with open(os.path.join(directory, name), encoding="utf-8") as f:
-          tree = ast.parse(f.read())
-      except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
-        continue
-      nodes = tree.body + [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body]
-      for node in nodes:
-        task = _function_task(node) if isinstance(node, ast.FunctionDef) else None
-        if task and task not in seen:
-          seen.add(task)
-          found.append(task)
+  for path, _ in python_code.source_paths(root):
+    try:
+      with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+      continue
+    nodes = tree.body + [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body]
+    for node in nodes:
+      task = _function_task(node) if isinstance(node, ast.FunctionDef) else None
+      if task and task not in seen:
+        seen.add(task)
+        found.append(task)
   return found
 
 
@@ -175,7 +170,8 @@ def task_prompts(n: int, seed: int = 0, wiki_root: str = "", code_root: str = ""
     return []
   rng = np.random.default_rng(seed)
   pools = _pools(wiki_root, code_root)
-  queues = {kind: [pools[kind][i] for i in rng.permutation(len(pools[kind]))] for kind, _ in KIND_SHARES}
+  queues = {kind: collections.deque(pools[kind][i] for i in rng.permutation(len(pools[kind])))
+            for kind, _ in KIND_SHARES}
   available = sum(len(q) for q in queues.values())
   if n > available:
     raise ValueError(f"task_prompts: asked for {n} prompts, the packaged text gives {available} "
@@ -184,6 +180,6 @@ def task_prompts(n: int, seed: int = 0, wiki_root: str = "", code_root: str = ""
   prompts = []
   for turn in itertools.cycle(turns):
     if queues[turn]:
-      prompts.append(queues[turn].pop(0))
+      prompts.append(queues[turn].popleft())
       if len(prompts) == n:
         return prompts

@@ -9,8 +9,9 @@ SKIP_DIRS = ("test", "tests", "idle_test", "site-packages", "__pycache__", "lib2
 MAX_CHARS = 60_000   # very long modules are cut (a document is split into training sequences anyway)
 
 
-def read(root: str = ""):
-  """One Document per .py file under the standard library (or `root`), tests and installed packages left out."""
+def source_paths(root: str = ""):
+  """(path, path relative to the base) of every .py file under the standard library (or `root`), in a fixed order,
+  tests and installed packages left out."""
   base = root or sysconfig.get_paths()["stdlib"]
   if not os.path.isdir(base):
     raise FileNotFoundError(f"the Python sources directory {base!r} does not exist")
@@ -18,7 +19,13 @@ def read(root: str = ""):
     dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
     for name in sorted(files):
       if name.endswith(".py"):
-        with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
-          text = f.read(MAX_CHARS).strip()
-        if text:
-          yield Document("python", os.path.relpath(os.path.join(directory, name), base), text=text)
+        yield os.path.join(directory, name), os.path.relpath(os.path.join(directory, name), base)
+
+
+def read(root: str = ""):
+  """One Document per .py file under the standard library (or `root`), tests and installed packages left out."""
+  for path, relative in source_paths(root):
+    with open(path, encoding="utf-8", errors="replace") as f:
+      text = f.read(MAX_CHARS).strip()
+    if text:
+      yield Document("python", relative, text=text)
