@@ -56,11 +56,13 @@ def get_config():
   # exp(-(j - 1) / gamma) along the block; ce_weight / kl_weight: cross-entropy with the true token (DFlash) and KL
   # to the target's distribution at each position.
   # start_from_target: the decoder blocks start as the target's last n_layers layers, the context as the target's
-  # own keys and values there (BlockDrafter.started_from_target).
+  # own keys and values there (BlockDrafter.started_from_target). previous_feature: the block's first input also
+  # holds the fused features of the position before it, as an EAGLE head's does.
   # anchors 64 with the KL: held-out top-1 at block position 1 0.215 after 400 steps, against 0.136 with 16 anchors
   # and cross-entropy alone (docs/results.md section 32).
   c.block_drafter = dict(feature_layers=(), n_layers=2, ffn_dim=0, draft_vocab_size=8192, block_size=8, gamma=4.0,
                          anchors=64, ce_weight=1.0, kl_weight=1.0, start_from_target=False,
+                         previous_feature=False,
                          train=dict(learning_rate=3e-3, batch_size=6))
   # init_from: a saved drafter's directory (a training run's output_dir/<kind>/drafter) or "shipped" (the package's
   # own); training goes on from it (its architecture and draft vocabulary; the kind's settings must match them).

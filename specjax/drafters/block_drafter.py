@@ -8,7 +8,8 @@ several target layers' features at the committed positions (DFlash injects the t
 layer). The output at mask position j, through the draft's norm and the target's frozen head, is the distribution
 of the token at that position. Each draft is drawn from its own position's q_j, independently, so q_j is also its
 distribution given the earlier drafts and the rejection sampler's chain rule stays exact. MASK is a learned
-embedding of the drafter (DFlash uses the target embedding's row of a reserved mask token).
+embedding of the drafter (DFlash uses the target embedding's row of a reserved mask token). With previous_feature
+the first position's input also holds the fused features of the position before it, as an EAGLE head's does.
 """
 
 import dataclasses
@@ -30,10 +31,12 @@ from specjax.models import get_family
 
 @dataclasses.dataclass(frozen=True)
 class BlockDrafterConfig(FeatureHeadConfig):
-  """A FeatureHeadConfig with n_layers decoder layers and the trained block size B (drafts up to B - 1 a round)."""
+  """A FeatureHeadConfig with n_layers decoder layers and the trained block size B (drafts up to B - 1 a round);
+  previous_feature adds the fused features of the position before the block to its first input."""
 
   n_layers: int = 2
   block_size: int = 8
+  previous_feature: bool = False
 
   def __post_init__(self):
     super().__post_init__()
@@ -43,11 +46,11 @@ class BlockDrafterConfig(FeatureHeadConfig):
 
   @classmethod
   def for_target(cls, target: ModelConfig, feature_layers=None, ffn_dim: int = 0, draft_vocab_size: int = 0,
-                 n_layers: int = 2, block_size: int = 8):
+                 n_layers: int = 2, block_size: int = 8, previous_feature: bool = False):
     """Feature layers as FeatureHeadConfig's (low, middle, high; DFlash spreads one per draft layer over
     [1, n - 3]); attention shapes and RoPE the target's."""
     config = super().for_target(target, feature_layers, ffn_dim, draft_vocab_size, n_layers)
-    return dataclasses.replace(config, block_size=block_size)
+    return dataclasses.replace(config, block_size=block_size, previous_feature=previous_feature)
 
 
 class BlockNet(nnx.Module):
@@ -59,6 +62,7 @@ class BlockNet(nnx.Module):
     if family.context_kv is None or family.masked_block is None:
       raise ValueError(f"model family {config.family!r} has no context_kv / masked_block hooks: no BlockDrafter")
     self.layer_config = config.layer_config()
+    self.previous_feature = config.previous_feature
     self.layer_norms = nnx.List([family.norm(d, eps, jnp.float32) for _ in config.feature_layers])
     self.fuse = linear(len(config.feature_layers) * d, d, rngs)
     self.context_norm = family.norm(d, eps, jnp.float32)
@@ -74,6 +78,11 @@ class BlockNet(nnx.Module):
     """The fused target features every layer makes its context keys and values of, [B, T, D]."""
     return self.context_norm(fuse_layers(self.layer_norms, self.fuse, layers_BxTxLxD))
 
+  def context_at(self, layers_BxTxLxD: jax.Array, index_B: jax.Array) -> jax.Array:
+    """The fused context of one position per row, [B, D]."""
+    rows_B = jnp.arange(layers_BxTxLxD.shape[0])
+    return self.context(layers_BxTxLxD[rows_B, index_B][:, None])[:, 0]
+
   def write_context(self, cache: KVCache, layers_BxTxLxD: jax.Array, positions_BxT: jax.Array) -> KVCache:
     """The cache with every layer's context entries at these (per row consecutive) positions."""
     context = self.context(layers_BxTxLxD)
@@ -83,9 +92,11 @@ class BlockNet(nnx.Module):
       cache = cache.write(index, k, v, positions_BxT)
     return cache
 
-  def block_inputs(self, frozen: dict, first_BxN: jax.Array, size: int) -> jax.Array:
-    """[B, N, size, D]: each block's first token's embedding, then MASK."""
-    first = embed_tokens(frozen, first_BxN)[:, :, None]
+  def block_inputs(self, frozen: dict, first_BxN: jax.Array, size: int, previous_BxNxD=None) -> jax.Array:
+    """[B, N, size, D]: each block's first token's embedding (plus, given, the context of the position before
+    it), then MASK."""
+    first = embed_tokens(frozen, first_BxN)
+    first = (first if previous_BxNxD is None else first + previous_BxNxD)[:, :, None]
     masks = jnp.broadcast_to(self.mask_embed[...], first.shape[:2] + (size - 1, first.shape[-1]))
     return jnp.concatenate([first, masks], axis=2)
 
@@ -106,7 +117,11 @@ class BlockNet(nnx.Module):
     family = self.family
     context = self.context(layers_BxTxLxD)
     cos_c, sin_c = family.rope_tables(self.layer_config, jnp.broadcast_to(jnp.arange(t_len), (batch, t_len)))
-    x = self.block_inputs(frozen, jnp.take_along_axis(tokens_BxT, anchors_BxN, axis=1), size)
+    previous = None
+    if self.previous_feature:
+      at_BxN = jnp.maximum(anchors_BxN - 1, 0)
+      previous = jnp.take_along_axis(context, at_BxN[:, :, None], axis=1) * (anchors_BxN > 0)[:, :, None]
+    x = self.block_inputs(frozen, jnp.take_along_axis(tokens_BxT, anchors_BxN, axis=1), size, previous)
     x = x.reshape(batch, n * size, -1)
     anchor_BxQ = jnp.repeat(anchors_BxN, size, axis=1)
     cos_q, sin_q = family.rope_tables(self.layer_config, anchor_BxQ + jnp.tile(jnp.arange(size), n)[None, :])
@@ -180,8 +195,11 @@ class BlockDrafter(TrainedHead):
     batch, size = tokens_BxS.shape
     cache = init_cache(net.layer_config, batch, size + self.config.block_size, dtype=jnp.float32)
     positions = jnp.broadcast_to(jnp.arange(prompt_bucket, dtype=jnp.int32), (batch, prompt_bucket))
-    return {"cache": net.write_context(cache, layers_BxTxLxD, positions),
-            "round_len_B": (prompt_len_B + 1).astype(jnp.int32)}
+    state = {"cache": net.write_context(cache, layers_BxTxLxD, positions),
+             "round_len_B": (prompt_len_B + 1).astype(jnp.int32)}
+    if self.config.previous_feature:  # the first block's root is the token after the prompt
+      state["previous_BxD"] = net.context_at(layers_BxTxLxD, (prompt_len_B - 1).astype(jnp.int32))
+    return state
 
   def observe(self, params, state, tokens_BxS, seq_len_B):
     return dict(state, round_len_B=seq_len_B.astype(jnp.int32))
@@ -194,7 +212,9 @@ class BlockDrafter(TrainedHead):
                        f"was trained), not K={k}")
     net, frozen, size = self.module(params["net"]), params["frozen"], self.config.block_size
     root_B = (seq_len_B - 1).astype(jnp.int32)
-    x_BxBsxD = net.block_inputs(frozen, jnp.take_along_axis(tokens_BxS, root_B[:, None], axis=1), size)[:, 0]
+    previous = state["previous_BxD"][:, None] if self.config.previous_feature else None
+    x_BxBsxD = net.block_inputs(frozen, jnp.take_along_axis(tokens_BxS, root_B[:, None], axis=1), size,
+                                previous)[:, 0]
     slots_BxBs = root_B[:, None] + jnp.arange(size, dtype=jnp.int32)[None, :]
     out_BxBsxD, cache = net(x_BxBsxD, slots_BxBs, state["cache"])
     keys_BxK = jax.vmap(lambda key: jax.random.split(key, k))(keys_B)
@@ -208,5 +228,8 @@ class BlockDrafter(TrainedHead):
     layers_BxK1xLxD = self._checked_features(features)
     k1 = layers_BxK1xLxD.shape[1]
     positions_BxK1 = state["round_len_B"][:, None] - 1 + jnp.arange(k1, dtype=jnp.int32)[None, :]
-    cache = self.module(params["net"]).write_context(state["cache"], layers_BxK1xLxD, positions_BxK1)
-    return dict(state, cache=cache)
+    net = self.module(params["net"])
+    state = dict(state, cache=net.write_context(state["cache"], layers_BxK1xLxD, positions_BxK1))
+    if self.config.previous_feature:  # the next root follows the last accepted draft, at index n_accepted
+      state["previous_BxD"] = net.context_at(layers_BxK1xLxD, n_accepted_B.astype(jnp.int32))
+    return state

@@ -95,7 +95,8 @@ def _draft_model(target: Model, settings, corpus: Corpus, seed: int, start=None)
 
 def _block_drafter_config(target: Model, settings, draft_vocab_size: int = 0) -> BlockDrafterConfig:
   return BlockDrafterConfig.for_target(target.config, tuple(settings.feature_layers), settings.ffn_dim,
-                                       draft_vocab_size, settings.n_layers, settings.block_size)
+                                       draft_vocab_size, settings.n_layers, settings.block_size,
+                                       settings.previous_feature)
 
 
 def _block_drafter(target: Model, settings, corpus: Corpus, seed: int, start=None) -> objectives.Objective:

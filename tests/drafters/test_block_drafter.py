@@ -48,13 +48,14 @@ def _prefix(features, end):
   return TargetFeatures(hidden_BxTxD=features.hidden_BxTxD[:, :end], layers_BxTxLxD=features.layers_BxTxLxD[:, :end])
 
 
-@pytest.mark.parametrize("sampling,k,block_size,vocab_ids", [
-    (SamplingParams(temperature=1.0), 3, 4, None),
-    (SamplingParams(temperature=0.7, top_k=3), 2, 6, [0, 2, 5, 7]),
-], ids=["full-vocab-T1-K3-B4", "draft-vocab-T0.7-topk3-K2-B6"])
-def test_exact(exactness_target, assert_exact, sampling, k, block_size, vocab_ids):
+@pytest.mark.parametrize("sampling,k,block_size,vocab_ids,previous_feature", [
+    (SamplingParams(temperature=1.0), 3, 4, None, False),
+    (SamplingParams(temperature=0.7, top_k=3), 2, 6, [0, 2, 5, 7], False),
+    (SamplingParams(temperature=1.0), 3, 4, None, True),
+], ids=["full-vocab-T1-K3-B4", "draft-vocab-T0.7-topk3-K2-B6", "previous-feature-T1-K3-B4"])
+def test_exact(exactness_target, assert_exact, sampling, k, block_size, vocab_ids, previous_feature):
   config = BlockDrafterConfig.for_target(exactness_target.config, draft_vocab_size=len(vocab_ids or []),
-                                         block_size=block_size)
+                                         block_size=block_size, previous_feature=previous_feature)
   drafter = BlockDrafter.create(exactness_target, config, seed=1, vocab_ids=vocab_ids)
   stats = assert_exact(exactness_target, drafter, sampling, k, seed=11 + k)
   assert 0.0 < stats.acceptance_rate < 1.0
@@ -62,9 +63,11 @@ def test_exact(exactness_target, assert_exact, sampling, k, block_size, vocab_id
 
 @pytest.mark.parametrize("k", [4, 2, SpeculationPolicy(ks=(1, 3), probe_interval=1, prior_alpha=0.0)],
                          ids=["K=B-1", "K<B-1", "adaptive"])
-def test_greedy_is_autoregressive(exactness_target, assert_greedy_is_autoregressive, k):
+@pytest.mark.parametrize("previous_feature", [False, True], ids=["", "previous-feature"])
+def test_greedy_is_autoregressive(exactness_target, assert_greedy_is_autoregressive, k, previous_feature):
   """Any K up to B - 1; the adaptive policy's K = 0 rounds call observe and commit one feature."""
-  assert_greedy_is_autoregressive(exactness_target, _drafter(exactness_target, seed=2), k=k)
+  assert_greedy_is_autoregressive(exactness_target, _drafter(exactness_target, seed=2,
+                                                             previous_feature=previous_feature), k=k)
 
 
 def test_smollm2_greedy_equals_greedy(smollm2_model):
@@ -76,17 +79,20 @@ def test_smollm2_greedy_equals_greedy(smollm2_model):
   assert spec.tokens == ar.tokens
 
 
-def test_state_after_rounds_equals_a_fresh_prefill(target, assert_state_is_a_fresh_prefill):
+@pytest.mark.parametrize("previous_feature", [False, True], ids=["", "previous-feature"])
+def test_state_after_rounds_equals_a_fresh_prefill(target, assert_state_is_a_fresh_prefill, previous_feature):
   """Rounds of any K (0: observe) and any acceptance counts, a partially accepted block included, leave the state a
   fresh prefill of the committed sequence would have: the next proposals' q match."""
-  assert_state_is_a_fresh_prefill(target, _drafter(target))
+  assert_state_is_a_fresh_prefill(target, _drafter(target, previous_feature=previous_feature))
 
 
-@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernel", "xla-attention"])
-def test_training_forward_is_the_drafting_computation(target, kernels):
+@pytest.mark.parametrize("kernels,previous_feature", [(True, False), (False, False), (True, True)],
+                         ids=["cpu-kernel", "xla-attention", "previous-feature"])
+def test_training_forward_is_the_drafting_computation(target, kernels, previous_feature):
   """anchored() at anchor n - 1 (beside another block) gives the q that propose() drew each draft from, at K = B - 1
-  and at a shorter K (which keeps the first K of the same block), through either cache attention."""
-  drafter = _drafter(target)
+  and at a shorter K (which keeps the first K of the same block), through either cache attention; with
+  previous_feature, the first input's context of position n - 2 is the same in both."""
+  drafter = _drafter(target, previous_feature=previous_feature)
   params, n = drafter.params(), 11
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 48, (2, 32)), jnp.int32)
   features = _features(target, drafter, tokens)

@@ -16,7 +16,8 @@ SETTINGS = ml_collections.ConfigDict(dict(
     medusa=dict(n_heads=2, draft_vocab_size=0, step_decay=0.8),
     layer_skip=dict(n_layers=2, adapter_rank=8, loss_vocab_size=0),
     block_drafter=dict(feature_layers=(), n_layers=2, ffn_dim=0, draft_vocab_size=40, block_size=4, gamma=4.0,
-                       anchors=4, ce_weight=1.0, kl_weight=0.0, start_from_target=False),
+                       anchors=4, ce_weight=1.0, kl_weight=0.0, start_from_target=False,
+                       previous_feature=False),
 ))
 
 

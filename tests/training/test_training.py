@@ -18,7 +18,7 @@ SETTINGS = ml_collections.ConfigDict(dict(
     layer_skip=dict(n_layers=1, adapter_rank=16, loss_vocab_size=48),
     draft_model=dict(init="truncate:1", train_embeddings=True, loss_vocab_size=0),
     block_drafter=dict(feature_layers=(0, 2), n_layers=1, ffn_dim=64, draft_vocab_size=48, block_size=4, gamma=4.0,
-                       anchors=8, ce_weight=1.0, kl_weight=1.0, start_from_target=False),
+                       anchors=8, ce_weight=1.0, kl_weight=1.0, start_from_target=False, previous_feature=False),
 ))
 QUICK = TrainConfig(steps=40, batch_size=4, learning_rate=1e-2, warmup_steps=4, checkpoint_every=20, log_every=10)
 
@@ -35,11 +35,15 @@ def test_training_lowers_heldout_kl(peaked_target, tiny_corpus, tmp_path, kind):
   objective.drafter(trained)  # the trained parameters make a drafter
 
 
-def test_block_drafter_started_from_the_target_trains(peaked_target, tiny_corpus, tmp_path):
-  """start_from_target: the objective starts at the target's last layer and trains from there."""
-  settings = ml_collections.ConfigDict(dict(SETTINGS.block_drafter, start_from_target=True))
+@pytest.mark.parametrize("previous_feature", [False, True], ids=["", "previous-feature"])
+def test_block_drafter_started_from_the_target_trains(peaked_target, tiny_corpus, tmp_path, previous_feature):
+  """start_from_target: the objective starts at the target's last layer and trains from there (with or without the
+  previous position's features in the block's first input)."""
+  settings = ml_collections.ConfigDict(dict(SETTINGS.block_drafter, start_from_target=True,
+                                            previous_feature=previous_feature))
   objective = make_objective("block_drafter", peaked_target, settings, tiny_corpus)
   drafter = objective.drafter(objective.trainable)
+  assert drafter.config.previous_feature == previous_feature
   layer = drafter.module(drafter.net).layers[0]
   np.testing.assert_array_equal(np.asarray(layer.attn.q.kernel[...]),
                                 np.asarray(peaked_target.flat_params()["layers.2.attn.q.kernel"]))
