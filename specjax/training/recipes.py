@@ -142,5 +142,19 @@ def make_objective(kind: str, target: Model, settings, corpus: Corpus, seed: int
       jax.tree.leaves(shapes[0]) != jax.tree.leaves(shapes[1]):
     raise ValueError(f"init_from {init_from!r} holds a {kind} of another shape or target layers than the "
                      f"{kind} settings build ({warm.layer_ids} against {fresh.layer_ids}): make the settings match it")
+  _check_same_static_config(kind, init_from, fresh.drafter(fresh.trainable), start)
   as_float32 = lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
   return dataclasses.replace(warm, trainable=jax.tree.map(as_float32, warm.trainable))
+
+
+def _check_same_static_config(kind: str, init_from: str, fresh, saved) -> None:
+  """Settings that leave the parameters' shapes alone (a block drafter's block_size, previous_feature) must match
+  the saved drafter's too: training on would otherwise use the saved values, silently."""
+  fresh_config, saved_config = getattr(fresh, "config", None), getattr(saved, "config", None)
+  if not (dataclasses.is_dataclass(fresh_config) and type(fresh_config) is type(saved_config)):
+    return
+  differ = [f"{field.name} {getattr(saved_config, field.name)!r} (settings: {getattr(fresh_config, field.name)!r})"
+            for field in dataclasses.fields(fresh_config)
+            if getattr(fresh_config, field.name) != getattr(saved_config, field.name)]
+  if differ:
+    raise ValueError(f"init_from {init_from!r} holds a {kind} with {', '.join(differ)}: make the settings match it")

@@ -60,3 +60,12 @@ def test_another_kind_or_shape_is_refused(peaked_target, tiny_corpus, tmp_path):
       make_objective("feature_head", peaked_target, settings, tiny_corpus)
   with pytest.raises(ValueError, match="no shipped 'feature_head' drafter fits"):
     make_objective("feature_head", peaked_target, _with(SETTINGS.feature_head, init_from="shipped"), tiny_corpus)
+
+
+def test_settings_the_shapes_do_not_show_must_match_too(peaked_target, tiny_corpus, tmp_path):
+  """A block drafter saved at block_size 4 without previous_feature is refused by settings that differ only there."""
+  _saved("block_drafter", peaked_target, tiny_corpus, str(tmp_path / "block"))
+  for change in ({"block_size": 6}, {"previous_feature": True}):
+    settings = _with(SETTINGS.block_drafter, init_from=str(tmp_path / "block"), **change)
+    with pytest.raises(ValueError, match=f"holds a block_drafter with {next(iter(change))}"):
+      make_objective("block_drafter", peaked_target, settings, tiny_corpus)
