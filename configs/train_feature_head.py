@@ -41,9 +41,11 @@ def get_config():
   c.eval = dict(categories=("prose", "code"), prompts_per_category=10, max_new_tokens=64, k=4)
   # feature_layers () = low, middle, high (2, n/2, n-3); draft_vocab_size: the most frequent corpus tokens the
   # head proposes among (0 = all); ttt_steps: draft steps unrolled in training (training-time test); n_layers:
-  # decoder layers (EAGLE-3's one by default).
+  # decoder layers (EAGLE-3's one by default); top1_weight: cross-entropy with the target's argmax beside the KL, at
+  # every draft step (the greedy acceptance's surrogate; 1.0 gave held-out top-1 +0.007 and the same prose tokens a
+  # round, docs/results.md section 51).
   c.feature_head = dict(feature_layers=(), n_layers=1, ffn_dim=0, draft_vocab_size=8192, ttt_steps=3, step_decay=0.8,
-                        feature_weight=0.0, train=dict(learning_rate=3e-3, batch_size=6))
+                        feature_weight=0.0, top1_weight=0.0, train=dict(learning_rate=3e-3, batch_size=6))
   c.medusa = dict(n_heads=4, draft_vocab_size=8192, step_decay=0.8, train=dict())
   # loss_vocab_size: the KL of a full-vocabulary drafter is taken over the most frequent tokens (the head's
   # matmul over all 49152 would dominate the step).

@@ -1,4 +1,5 @@
-"""Distillation losses: KL(target || draft) per position and the feature regression, averaged over a mask."""
+"""Distillation losses: KL(target || draft) per position, the cross-entropy with the target's argmax and the feature
+regression, averaged over a mask."""
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,18 @@ def kl_divergence(target_logits_BxTxV: jax.Array, draft_logits_BxTxV: jax.Array)
 def top1_agreement(target_logits_BxTxV: jax.Array, draft_logits_BxTxV: jax.Array) -> jax.Array:
   """1 where the draft's argmax is the target's (greedy acceptance of that one token), [B, T]."""
   return (jnp.argmax(target_logits_BxTxV, -1) == jnp.argmax(draft_logits_BxTxV, -1)).astype(jnp.float32)
+
+
+def cross_entropy(draft_logits_BxTxV: jax.Array, label_BxT: jax.Array) -> jax.Array:
+  """-log q(label) per position, [B, T] (labels index the draft's logits)."""
+  log_q = jax.nn.log_softmax(draft_logits_BxTxV.astype(jnp.float32), axis=-1)
+  return -jnp.take_along_axis(log_q, label_BxT[..., None], axis=-1)[..., 0]
+
+
+def argmax_cross_entropy(target_logits_BxTxV: jax.Array, draft_logits_BxTxV: jax.Array) -> jax.Array:
+  """-log q(argmax p) per position, [B, T]: the cross-entropy with the target's greedy token, the smooth surrogate of
+  top-1 agreement (greedy verification accepts exactly that token)."""
+  return cross_entropy(draft_logits_BxTxV, jnp.argmax(target_logits_BxTxV, -1))
 
 
 def feature_regression(predicted_BxTxD: jax.Array, target_BxTxD: jax.Array) -> jax.Array:

@@ -19,8 +19,8 @@ from specjax.drafters.layer_skip import LayerSkip
 from specjax.drafters.medusa import MedusaHeads
 from specjax.drafters.vocab_head import embed_tokens, head_logits
 from specjax.models import get_family
-from specjax.training.losses import (feature_regression, kl_divergence, masked_mean, shift_left,
-                                     top1_agreement)
+from specjax.training.losses import (argmax_cross_entropy, cross_entropy, feature_regression, kl_divergence,
+                                     masked_mean, shift_left, top1_agreement)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +49,10 @@ def _weighted(terms: list, decay: float):
 
 
 def feature_head_objective(head: FeatureHead, ttt_steps: int = 3, step_decay: float = 0.8,
-                           feature_weight: float = 0.0) -> Objective:
+                           feature_weight: float = 0.0, top1_weight: float = 0.0) -> Objective:
   """Training-time test over `ttt_steps` draft steps; step s at chain p is scored against the target's
-  distribution at position p + s - 1 (and, with feature_weight, its normed output against the target's hidden)."""
+  distribution at position p + s - 1 (with feature_weight, also its normed output against the target's hidden;
+  with top1_weight, also the cross-entropy with the target's argmax there, what greedy verification accepts)."""
 
   def loss(net_state, frozen, batch):
     net = head.module(net_state)
@@ -63,7 +64,10 @@ def feature_head_objective(head: FeatureHead, ttt_steps: int = 3, step_decay: fl
     for s, out in enumerate(net.unrolled(shifted, embeds)):
       valid = shift_left(batch["mask"], s, False)
       target_hidden, predicted = shift_left(batch["hidden"], s), net.out_norm(out)
-      term = _distill(metrics, str(s + 1), shift_left(target_logits, s), head_logits(frozen, predicted), valid)
+      step_target, step_draft = shift_left(target_logits, s), head_logits(frozen, predicted)
+      term = _distill(metrics, str(s + 1), step_target, step_draft, valid)
+      if top1_weight:
+        term = term + top1_weight * masked_mean(argmax_cross_entropy(step_target, step_draft), valid)
       if feature_weight:
         term = term + feature_weight * masked_mean(feature_regression(predicted, target_hidden), valid)
       terms.append(term)
@@ -110,8 +114,7 @@ def block_drafter_objective(drafter: BlockDrafter, anchors: int = 16, gamma: flo
         jnp.arange(frozen["vocab_ids"].shape[0], dtype=jnp.int32))
     label_index = index_V[tokens[rows_B11, at_BxNxJ]]
     in_vocab = valid & (label_index >= 0)
-    log_q = jax.nn.log_softmax(draft_logits, axis=-1)
-    ce = -jnp.take_along_axis(log_q, jnp.maximum(label_index, 0)[..., None], axis=-1)[..., 0]
+    ce = cross_entropy(draft_logits, jnp.maximum(label_index, 0))
     kl = kl_divergence(target_logits, draft_logits)
     weighted = weight_J[None, None, :] * valid
     term = ce_weight * jnp.where(in_vocab, ce, 0.0) + kl_weight * kl

@@ -67,7 +67,8 @@ def _feature_head(target: Model, settings, corpus: Corpus, seed: int, start=None
     vocab = _draft_vocab(corpus, target, settings.draft_vocab_size)
     config = _feature_head_config(target, settings, settings.draft_vocab_size if vocab is not None else 0)
     start = FeatureHead.create(target, config, seed, vocab)
-  return objectives.feature_head_objective(start, settings.ttt_steps, settings.step_decay, settings.feature_weight)
+  return objectives.feature_head_objective(start, settings.ttt_steps, settings.step_decay, settings.feature_weight,
+                                           settings.top1_weight)
 
 
 def _medusa(target: Model, settings, corpus: Corpus, seed: int, start=None) -> objectives.Objective:

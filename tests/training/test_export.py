@@ -12,7 +12,7 @@ from specjax.training.recipes import make_objective
 
 SETTINGS = ml_collections.ConfigDict(dict(
     feature_head=dict(feature_layers=(), ffn_dim=0, draft_vocab_size=40, ttt_steps=2, step_decay=0.8,
-                      feature_weight=0.0),
+                      feature_weight=0.0, top1_weight=0.0),
     medusa=dict(n_heads=2, draft_vocab_size=0, step_decay=0.8),
     layer_skip=dict(n_layers=2, adapter_rank=8, loss_vocab_size=0),
     block_drafter=dict(feature_layers=(), n_layers=2, ffn_dim=0, draft_vocab_size=40, block_size=4, gamma=4.0,

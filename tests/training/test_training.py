@@ -13,7 +13,7 @@ from specjax.training.trainer import TrainConfig, heldout_loss, train
 
 SETTINGS = ml_collections.ConfigDict(dict(
     feature_head=dict(feature_layers=(0, 1, 2), ffn_dim=64, draft_vocab_size=48, ttt_steps=2, step_decay=0.8,
-                      feature_weight=0.1),
+                      feature_weight=0.1, top1_weight=0.5),
     medusa=dict(n_heads=3, draft_vocab_size=0, step_decay=0.8),
     layer_skip=dict(n_layers=1, adapter_rank=16, loss_vocab_size=48),
     draft_model=dict(init="truncate:1", train_embeddings=True, loss_vocab_size=0),
