@@ -15,15 +15,15 @@ from specjax.training.data import Corpus, target_pass
 from specjax.training.trainer import heldout_loss
 
 
+def prompt_input(target: Model, text: str, max_prompt_tokens: int = 0):
+  """A prompt as `generate` takes it for this target: the text, or its byte ids for a target without a tokenizer."""
+  return text if target.tokenizer is not None else byte_ids(text, target.config.vocab_size, max_prompt_tokens)
+
+
 def heldout_prompts(target: Model, categories, per_category: int, max_prompt_tokens: int = 0) -> list[tuple]:
   """(category, prompt) pairs; prompts are token-id lists for a target without a tokenizer."""
-  pairs = []
-  for category in categories:
-    for item in select(category, per_category):
-      text = item["prompt"]
-      pairs.append((category, text if target.tokenizer is not None
-                    else byte_ids(text, target.config.vocab_size, max_prompt_tokens)))
-  return pairs
+  return [(category, prompt_input(target, item["prompt"], max_prompt_tokens))
+          for category in categories for item in select(category, per_category)]
 
 
 def draft_vocab_coverage(drafter, token_lists) -> float | None:

@@ -4,10 +4,9 @@ keep a training template or a training subject and change the other, to prompts 
 benchmark's held-out prose prompts. A head that learned its templates' phrasing rather than prose shows a gap
 between the first set and the rest that the held-out corpus rows (same templates and subjects) do not show."""
 
-from specjax.benchmark.tasks import byte_ids
 from specjax.model import Model
 from specjax.training import prompt_pool, task_prompts
-from specjax.training.acceptance import greedy_continuations, heldout_prompts, teacher_forced
+from specjax.training.acceptance import greedy_continuations, heldout_prompts, prompt_input, teacher_forced
 from specjax.training.objectives import feature_head_objective
 
 # Written for this check; a test keeps them out of every training template and subject and off the benchmark.
@@ -39,7 +38,8 @@ def training_templates() -> tuple[str, ...]:
 
 def prompt_sets(n: int = 10) -> dict[str, list[str]]:
   """Prose prompts by how much of them the training saw, n each (at most 10 for the novel ones)."""
-  trained = [p for p in prompt_pool.training_prompts()[:400] if not any(m in p for m in ("JSON", "CSV", "Python"))]
+  prose = set(prompt_pool.prose_prompts())
+  trained = [p for p in prompt_pool.training_prompts()[:400] if p in prose]
   templates = prompt_pool.PROSE_TEMPLATES  # the first opens as a benchmark prompt does: new subjects skip it
   return {
       "trained prompts": trained[:n],
@@ -53,8 +53,7 @@ def prompt_sets(n: int = 10) -> dict[str, list[str]]:
 def agreement(target: Model, head, n: int = 10, max_new_tokens: int = 64, ttt_steps: int = 3) -> dict:
   """{set name: {"prompts", "kl_1", "top1": [step 1..ttt_steps]}} for a FeatureHead, the benchmark's prose last."""
   objective = feature_head_objective(head, ttt_steps)
-  as_input = (lambda p: p) if target.tokenizer is not None else (lambda p: byte_ids(p, target.config.vocab_size, 0))
-  sets = {name: [("prose", as_input(p)) for p in prompts] for name, prompts in prompt_sets(n).items()}
+  sets = {name: [("prose", prompt_input(target, p)) for p in prompts] for name, prompts in prompt_sets(n).items()}
   sets["benchmark prose"] = heldout_prompts(target, ("prose",), n)
   report = {}
   for name, prompts in sets.items():
@@ -63,4 +62,3 @@ def agreement(target: Model, head, n: int = 10, max_new_tokens: int = 64, ttt_st
     report[name] = {"prompts": len(prompts), "kl_1": metrics["kl_1"],
                     "top1": [metrics[f"top1_{s}"] for s in range(1, ttt_steps + 1)]}
   return report
-

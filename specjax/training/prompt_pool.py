@@ -102,10 +102,15 @@ STRUCTURED_TASKS = (
 )
 
 
+def prose_prompts() -> list[str]:
+  """Every prose prompt (template x subject), in the order the pool takes them."""
+  prose = [t.format(s) for s, t in itertools.product(PROSE_SUBJECTS, PROSE_TEMPLATES)]
+  return prose[::3] + prose[1::3] + prose[2::3]  # spread templates and subjects over the order
+
+
 def training_prompts() -> list[str]:
   """Every training prompt, interleaving prose, code and structured ones so any prefix mixes all three."""
-  prose = [t.format(s) for s, t in itertools.product(PROSE_SUBJECTS, PROSE_TEMPLATES)]
-  prose = prose[::3] + prose[1::3] + prose[2::3]  # spread templates and subjects over the order
+  prose = prose_prompts()
   code = [f"Write a Python function `{sig}` that {what}. Reply with only the code." for sig, what in CODE_TASKS]
   structured = list(STRUCTURED_TASKS)
   mixed = []
