@@ -30,6 +30,8 @@ def get_config():
                   passage_prompts=0,
                   # the target's answers to prose, code and JSON/CSV tasks made from packaged text, e.g. 4000
                   task_prompts=0,
+                  # ... and to everyday prose prompts (messages, why-and-how questions, stories, tips), e.g. 2400
+                  everyday_prompts=0,
                   # "bfloat16": the feature pass's large products on bfloat16 operands, 2x on an AMX CPU
                   feature_gemm="float32")
   # Shared optimisation settings; each drafter's own `train` entry below overrides them for that drafter.

@@ -39,13 +39,15 @@ class CorpusConfig:
   text_sequences: int = 0          # ... and how many seq_len-token sequences to take from it, spread over its kinds
   passage_prompts: int = 0         # on-policy answers to passage + instruction prompts (`specjax.training.passages`)
   task_prompts: int = 0            # ... and to prose, code and JSON/CSV tasks made from packaged text (`task_prompts`)
+  everyday_prompts: int = 0        # ... and to everyday prose prompts (messages, questions, stories: `everyday`)
   # "bfloat16": the feature pass's prefill-shaped products take bfloat16 operands (float32 accumulation), 2x on an
   # AMX CPU, features about 1% off the float32 target's (docs/results.md section 48)
   feature_gemm: str = "float32"
 
   def __post_init__(self):
-    if self.task_prompts < 0:
-      raise ValueError(f"task_prompts must be >= 0, got {self.task_prompts}")
+    for field in ("passage_prompts", "task_prompts", "everyday_prompts"):
+      if getattr(self, field) < 0:
+        raise ValueError(f"{field} must be >= 0, got {getattr(self, field)}")
     if self.feature_gemm not in FEATURE_GEMMS:
       raise ValueError(f"feature_gemm must be one of {list(FEATURE_GEMMS)}, got {self.feature_gemm!r}")
 
@@ -173,7 +175,9 @@ def generated_tokens(target: Model, config: CorpusConfig, prompts: list[str] | N
 
 def answer_sets(config: CorpusConfig) -> list[tuple[str, list[str]]]:
   """The prompt sets the target answers (on-policy rows), in corpus order, each named for its cache file: the pool,
-  then `passage_prompts` (`specjax.training.passages`), then `task_prompts` (`specjax.training.task_prompts`)."""
+  then `passage_prompts` (`specjax.training.passages`), then `task_prompts` (`specjax.training.task_prompts`), then
+  `everyday_prompts` (`specjax.training.everyday`)."""
+  from specjax.training.everyday import everyday_prompts
   from specjax.training.passages import passage_prompts  # passages.py reads this module's docstrings
   from specjax.training.task_prompts import task_prompts
   sets = [("generated", pool_prompts(config))]
@@ -181,6 +185,8 @@ def answer_sets(config: CorpusConfig) -> list[tuple[str, list[str]]]:
     sets.append(("passages", passage_prompts(config.passage_prompts, config.seed)))
   if config.task_prompts:
     sets.append(("tasks", task_prompts(config.task_prompts, config.seed)))
+  if config.everyday_prompts:
+    sets.append(("everyday", everyday_prompts(config.everyday_prompts, config.seed)))
   return sets
 
 

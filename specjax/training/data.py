@@ -166,7 +166,8 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
   the target's features are cached apart: a config that changes only the other text does not regenerate)."""
   layer_ids = tuple(sorted(set(layer_ids)))
   fields = dataclasses.asdict(config)
-  for field, default in (("passage_prompts", 0), ("task_prompts", 0), ("feature_gemm", "float32")):
+  for field, default in (("passage_prompts", 0), ("task_prompts", 0), ("everyday_prompts", 0),
+                         ("feature_gemm", "float32")):
     if fields[field] == default:  # a field added later keys the cache only when set: older caches stay valid
       del fields[field]
   pool = pool_prompts(config)

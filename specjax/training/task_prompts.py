@@ -210,6 +210,20 @@ def _pools(wiki_root: str, code_root: str) -> dict[str, tuple[str, ...]]:
   return {kind: tuple(p for p in prompts if not holdout.overlaps(p, held_out)) for kind, prompts in pools.items()}
 
 
+def take_in_turns(pools, shares, n: int, seed: int) -> list[str]:
+  """n items, pool i taking shares[i] of every sum(shares) turns, each pool seeded-shuffled (one generator, pools in
+  order); a pool that runs out leaves its turns to the others. The caller checks that the pools hold n."""
+  rng = np.random.default_rng(seed)
+  queues = [collections.deque(pool[i] for i in rng.permutation(len(pool))) for pool in pools]
+  turns = [i for i, share in enumerate(shares) for _ in range(share)]
+  taken = []
+  for turn in itertools.cycle(turns):
+    if len(taken) == n:
+      return taken
+    if queues[turn]:
+      taken.append(queues[turn].popleft())
+
+
 def task_prompts(n: int, seed: int = 0, wiki_root: str = "", code_root: str = "") -> list[str]:
   """n prompts, prose, code and structured interleaved 2:1:1 (`KIND_SHARES`), each kind seeded-shuffled; a kind
   that runs out leaves its turns to the others."""
@@ -217,18 +231,8 @@ def task_prompts(n: int, seed: int = 0, wiki_root: str = "", code_root: str = ""
     raise ValueError(f"task_prompts: n must be >= 0, got {n}")
   if n == 0:
     return []
-  rng = np.random.default_rng(seed)
-  pools = _pools(wiki_root, code_root)
-  queues = {kind: collections.deque(pools[kind][i] for i in rng.permutation(len(pools[kind])))
-            for kind, _ in KIND_SHARES}
-  available = sum(len(q) for q in queues.values())
-  if n > available:
-    raise ValueError(f"task_prompts: asked for {n} prompts, the packaged text gives {available} "
-                     f"({', '.join(f'{k} {len(q)}' for k, q in queues.items())})")
-  turns = [kind for kind, share in KIND_SHARES for _ in range(share)]
-  prompts = []
-  for turn in itertools.cycle(turns):
-    if queues[turn]:
-      prompts.append(queues[turn].popleft())
-      if len(prompts) == n:
-        return prompts
+  pools = [_pools(wiki_root, code_root)[kind] for kind, _ in KIND_SHARES]
+  if n > sum(map(len, pools)):
+    raise ValueError(f"task_prompts: asked for {n} prompts, the packaged text gives {sum(map(len, pools))} "
+                     f"({', '.join(f'{kind} {len(pool)}' for (kind, _), pool in zip(KIND_SHARES, pools))})")
+  return take_in_turns(pools, [share for _, share in KIND_SHARES], n, seed)

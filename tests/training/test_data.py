@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from specjax.training import corpus as corpus_module
+from specjax.training import everyday as everyday_module
 from specjax.training import task_prompts as task_prompts_module
 from specjax.training.data import build_corpus
 from specjax.training.passages import passage_prompts
@@ -76,25 +77,28 @@ def test_passage_answers_join_the_on_policy_rows_and_the_pool_answers_are_kept(p
   np.testing.assert_array_equal(again.tokens, second.tokens)
 
 
-def test_task_answers_follow_the_passage_answers(peaked_target, tiny_corpus_config, tmp_path, monkeypatch):
-  """`task_prompts` answers join the on-policy rows after the pool's and the passages' (both from the cache)."""
-  tasks = ["Write a paragraph about Nigeria.", "Write a short poem about okra."]
-  monkeypatch.setattr(task_prompts_module, "task_prompts", lambda n, seed: tasks[:n])
+@pytest.mark.parametrize("module, field", [(task_prompts_module, "task_prompts"), (everyday_module, "everyday_prompts")])
+def test_prompt_set_answers_follow_the_passage_answers(peaked_target, tiny_corpus_config, tmp_path, monkeypatch,
+                                                       module, field):
+  """`task_prompts` and `everyday_prompts` answers join the on-policy rows after the pool's and the passages' (both
+  from the cache)."""
+  prompts = ["Write a paragraph about Nigeria.", "Write a short poem about okra."]
+  monkeypatch.setattr(module, field, lambda n, seed: prompts[:n])
   corpus = dataclasses.replace(tiny_corpus_config, passage_prompts=2)
   first = build_corpus(peaked_target, corpus, layer_ids=(1,), cache_dir=str(tmp_path))
   prompts_answered = []
   real = corpus_module.on_policy_ids
   monkeypatch.setattr(corpus_module, "on_policy_ids",
                       lambda target, prompts, config: prompts_answered.extend(prompts) or real(target, prompts, config))
-  second = build_corpus(peaked_target, dataclasses.replace(corpus, task_prompts=2), layer_ids=(1,),
+  second = build_corpus(peaked_target, dataclasses.replace(corpus, **{field: 2}), layer_ids=(1,),
                         cache_dir=str(tmp_path))
-  assert prompts_answered == tasks
+  assert prompts_answered == prompts
   n = int(first.on_policy.sum())
   assert n == corpus.n_prompts + 2 and int(second.on_policy.sum()) == n + 2 and second.on_policy[:n + 2].all()
   np.testing.assert_array_equal(first.tokens[:n], second.tokens[:n])
   np.testing.assert_array_equal(first.tokens[n:], second.tokens[n + 2:])
-  with pytest.raises(ValueError, match="task_prompts must be >= 0"):
-    dataclasses.replace(corpus, task_prompts=-1)
+  with pytest.raises(ValueError, match=f"{field} must be >= 0"):
+    dataclasses.replace(corpus, **{field: -1})
 
 
 def test_bf16_gemm_features_are_their_own_store_near_the_float32_ones(peaked_target, tiny_corpus_config, tmp_path,
