@@ -1,5 +1,6 @@
 """The absl mains run end to end on a tiny random model."""
 
+import json
 import os
 import subprocess
 import sys
@@ -38,3 +39,14 @@ def test_generate_script_drafts_a_token_tree():
   bad = subprocess.run([sys.executable, "scripts/generate.py", "--config=configs/tiny.py", "--config.tree=dynamic:6",
                         "--config.repeats=1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert bad.returncode != 0 and "dynamic:N,DEPTH,TOP_K" in bad.stderr
+
+
+def test_host_placement_script_samples_the_step_beside_the_placement(tmp_path):
+  out = subprocess.run([sys.executable, "scripts/host_placement.py", "--model=random:tiny", "--seconds=2",
+                        "--max_new_tokens=8", f"--output={tmp_path}/placement.json"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-2000:]
+  report = json.load(open(tmp_path / "placement.json"))
+  assert report["samples"] and all(s["ar_ms_per_token"] > 0 for s in report["samples"])
+  assert sum(row["samples"] for row in report["summary"].values()) == len(report["samples"])
+  assert "autoregressive step median" in out.stdout

@@ -3,21 +3,24 @@
 import json
 import os
 
+from specjax.benchmark.tables import markdown_table
+
 GB = 1e9
 
 
+def _cell(v) -> str:
+  """An AOT cell: three significant digits below 100, "NO" for a failed check."""
+  if v is None:
+    return "-"
+  if isinstance(v, bool):
+    return "yes" if v else "NO"
+  if isinstance(v, float):
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
+  return str(v)
+
+
 def _table(header: list[str], rows: list[list]) -> str:
-  def cell(v):
-    if v is None:
-      return "-"
-    if isinstance(v, bool):
-      return "yes" if v else "NO"
-    if isinstance(v, float):
-      return f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
-    return str(v)
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-  return "\n".join(lines)
+  return markdown_table(header, rows, cell=_cell)
 
 
 def format_bytes(n: float) -> str:

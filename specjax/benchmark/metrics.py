@@ -2,7 +2,7 @@
 
 A *call record* is one fused run of the prefill and decode programs over a batch (`host.run_batch`):
   {"wall_s": float, "first_token_s": float, "new_tokens": [per row], "accepted": [[per round per row]] with -1 for
-  inactive rows, "k": int}.
+  inactive rows, "k": int, "round_trip_us": the CPUs' placement probe just before the call (`placement`)}.
 The per-run figures pool the active row-rounds of all call records and apply `specjax.stats`' definitions (the ones
 `result.stats` and the adaptive policy use); the first token (from the prefill) belongs to no round.
 """
@@ -10,6 +10,7 @@ The per-run figures pool the active row-rounds of all call records and apply `sp
 import numpy as np
 
 from specjax import stats
+from specjax.benchmark import placement
 
 
 def pooled_rounds(records, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +66,23 @@ def paired_speedups(calls, ar_calls) -> dict:
   return {"paired_speedup_vs_ar": float(np.median(ratios)) if ratios else None,
           "paired_speedup_vs_ar_pooled": throughput(calls) / throughput(ar_calls) if throughput(ar_calls) else None,
           "paired_speedup_vs_ar_min": float(min(ratios)) if ratios else None,
-          "paired_calls": len(ratios)}
+          "paired_calls": len(ratios),
+          "paired_by_placement": paired_by_placement(calls, ar_calls)}
+
+
+def paired_by_placement(calls, ar_calls) -> dict:
+  """The pairs whose two calls started on the same host placement of the CPUs (`placement`, from each call's
+  "round_trip_us"), per placement: how many, their median speedup and the autoregressive calls' median decode ms per
+  token. On a VM the host moves the vCPUs, the autoregressive step with them, and speedups follow (section 54)."""
+  groups = {}
+  for call, ar_call in zip(calls, ar_calls):
+    where = {placement.placement(c.get("round_trip_us")) for c in (call, ar_call)}
+    if len(where) == 1 and "" not in where and throughput([ar_call]) > 0:
+      groups.setdefault(where.pop(), []).append((throughput([call]) / throughput([ar_call]), ar_call))
+  return {where: {"calls": len(pairs), "speedup": float(np.median([r for r, _ in pairs])),
+                  "ar_ms_per_token": 1e3 / decode_throughput([a for _, a in pairs])
+                  if decode_throughput([a for _, a in pairs]) else None}
+          for where, pairs in sorted(groups.items())}
 
 
 def latencies_ms_per_token(records) -> np.ndarray:
@@ -104,7 +121,14 @@ def summarize_calls(records, k: int, tree=None) -> dict:
       "new_tokens": int(sum(int(np.sum(r["new_tokens"])) for r in records)),
       "rounds": int(sum(len(r["accepted"]) for r in records)),
       "wall_s": float(sum(r["wall_s"] for r in records)),
+      "calls_by_placement": calls_by_placement(records),
   }
+
+
+def calls_by_placement(records) -> dict:
+  """How many calls started on each host placement of the CPUs (`placement`); empty where none was probed."""
+  where = [placement.placement(r.get("round_trip_us")) for r in records]
+  return {p: where.count(p) for p in sorted(set(where) - {""})}
 
 
 def _by_rank(records, tree, by_depth: bool = False) -> list | None:

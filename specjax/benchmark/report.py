@@ -7,22 +7,7 @@ import numpy as np
 
 from specjax.benchmark import sandbox
 from specjax.benchmark.metrics import geometric_mean
-
-
-def _fmt(value, spec=".2f"):
-  if value is None:
-    return "-"
-  if isinstance(value, bool):
-    return "yes" if value else "no"
-  if isinstance(value, (int, np.integer)):
-    return str(value)
-  return format(value, spec) if isinstance(value, (int, float, np.floating)) else str(value)
-
-
-def _table(header, rows) -> str:
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
-  return "\n".join(lines)
+from specjax.benchmark.tables import fmt, markdown_table
 
 
 def _ours(records):
@@ -53,7 +38,7 @@ def speedup_by_category_table(records, method, batch, temperature) -> str:
   key = speedup_key(rows)
   cell = {(r["category"], r["k"]): r[key] for r in rows}
   body = [[cat] + [cell.get((cat, k)) for k in ks] for cat in cats]
-  return _table(["category"] + [f"K={k}" for k in ks], body)
+  return markdown_table(["category"] + [f"K={k}" for k in ks], body)
 
 
 def speedup_by_batch_table(records, method, temperature) -> str:
@@ -63,7 +48,7 @@ def speedup_by_batch_table(records, method, temperature) -> str:
   key = speedup_key(rows)
   body = [[b] + [geometric_mean([r[key] for r in rows if r["batch_size"] == b and r["k"] == k])
                  for k in ks] for b in batches]
-  return _table(["batch size"] + [f"K={k}" for k in ks], body)
+  return markdown_table(["batch size"] + [f"K={k}" for k in ks], body)
 
 
 def adaptive_section(ours) -> list[str]:
@@ -79,9 +64,9 @@ def adaptive_section(ours) -> list[str]:
             r["speedup_vs_ar"]] + ([r["paired_speedup_vs_ar"], r["paired_speedup_vs_ar_min"]] if paired else [])
            for r in rows]
   return [f"## Adaptive K (`k=\"auto\"`): speedup vs autoregressive in every cell (lowest{' paired' if paired else ''}: "
-          f"{_fmt(worst[column])}, {worst['method']} {worst['category']} B={worst['batch_size']} "
+          f"{fmt(worst[column])}, {worst['method']} {worst['category']} B={worst['batch_size']} "
           f"T={worst['temperature']:g})", "",
-          _table(["method", "category", "B", "T", "mean K", "tok/round", "speedup"]
+          markdown_table(["method", "category", "B", "T", "mean K", "tok/round", "speedup"]
                  + (["paired median", "paired min"] if paired else []), table), ""]
 
 
@@ -102,7 +87,7 @@ def stops_paying_section(ours) -> list[str]:
         rows.append([method, cat, temp, stops if stops is not None else f"> {max(best)}",
                      " ".join(f"B{b}:{best[b]:.2f}" for b in sorted(best))])
   return ["## Where speculation stops paying (smallest batch size whose best fixed K is below 1x)", "",
-          _table(["method", "category", "T", "stops paying at B", "best speedup by batch"], rows), ""]
+          markdown_table(["method", "category", "T", "stops paying at B", "best speedup by batch"], rows), ""]
 
 
 def drafters_section(ours) -> list[str]:
@@ -118,7 +103,7 @@ def drafters_section(ours) -> list[str]:
             r["tokens_per_round"], r.get("cost_ratio_c"), r["speedup_vs_ar"]] + ([r[best]] if paired else [])
            for r in rows]
   return ["## Drafters compared (best first within each category, batch size and K)", "",
-          _table(["category", "T", "B", "K", "method", "acceptance", "tok/round", "cost ratio c", "speedup"]
+          markdown_table(["category", "T", "B", "K", "method", "acceptance", "tok/round", "cost ratio c", "speedup"]
                  + (["paired"] if paired else []), table), ""]
 
 
@@ -139,25 +124,36 @@ def trees_section(ours, tree_costs: list) -> list[str]:
     rows = []
     for r in sorted(trees, key=lambda r: (r["temperature"], r["category"], r["method"], r["tree"]["nodes"])):
       base = chain(r)
-      per_depth = "/".join(_fmt(a) for a in r["acceptance_per_depth"] or [])
+      per_depth = "/".join(fmt(a) for a in r["acceptance_per_depth"] or [])
       rows.append([r["category"], r["temperature"], r["batch_size"], r["method"],
                    f"{r['tree']['nodes']} ({'tuned' if r.get('tree_calibration') else r['tree']['kind'][:-4].lower()}, "
                    f"{r['tree']['depth']} deep, "
                    f"{r['tree']['branching']})",
-                   r["tokens_per_round"], base and f"K={base['k']}: {_fmt(base['tokens_per_round'])}",
+                   r["tokens_per_round"], base and f"K={base['k']}: {fmt(base['tokens_per_round'])}",
                    base and base["tokens_per_round"] and r["tokens_per_round"] / base["tokens_per_round"],
                    per_depth, r.get("verified_per_accepted"), r["speedup_vs_ar"], r.get("paired_speedup_vs_ar")])
     parts += ["Trees (nodes; dynamic, EAGLE-2, static, or tuned: the static tree of the most expected tokens at the "
               "acceptance per depth and rank measured on calibration prompts; depth; branching). tok/round against "
               "the same drafter's chain; acceptance per depth: P(depth d accepted | depth d - 1 was).", "",
-              _table(["category", "T", "B", "method", "tree", "tok/round", "chain", "tree / chain",
+              markdown_table(["category", "T", "B", "method", "tree", "tok/round", "chain", "tree / chain",
                       "acceptance per depth", "nodes / accepted", "speedup", "paired"], rows), ""]
   if tree_costs:
     rows = [[p["batch_size"], p["k"], p["filled"], p["step_ms"], p["verify_ms"], p["ratio"]] for p in tree_costs]
     parts += ["Verifying N tree nodes (a balanced tree: root + N positions with the tree's attention) against a "
               "one-position step, alternated from the same cache fill; medians.", "",
-              _table(["B", "N", "filled", "step ms", "verify ms", "ratio"], rows), ""]
+              markdown_table(["B", "N", "filled", "step ms", "verify ms", "ratio"], rows), ""]
   return parts
+
+
+def placement_section(ours) -> list[str]:
+  """Paired speedups per host placement of the CPUs (`benchmark.placement`), when the run saw more than one: on a
+  VM that moves its vCPUs between one die and two, the autoregressive step and every speedup move with it."""
+  rows = [[r["method"], r["category"], r["batch_size"], r["k"], where, p["calls"], p["ar_ms_per_token"], p["speedup"]]
+          for r in ours for where, p in (r.get("paired_by_placement") or {}).items()]
+  if len({row[4] for row in rows}) < 2:
+    return []
+  return ["## Paired speedups by where the host placed the CPUs (near: one die, far: two; `benchmark.placement`)", "",
+          markdown_table(["method", "category", "B", "K", "placement", "pairs", "AR ms/token", "speedup"], rows), ""]
 
 
 def verify_cost_section(pairs: list) -> list[str]:
@@ -169,7 +165,7 @@ def verify_cost_section(pairs: list) -> list[str]:
   return ["## Verification cost: one target call over K+1 positions / a one-position step (paired)", "",
           "The two calls alternate from the same cache fill (prompt mean + max_new_tokens / 2); medians, ratio = "
           "median of the per-pair ratios.", "",
-          _table(["category", "B", "K", "filled", "step ms", "verify ms", "ratio"], rows), ""]
+          markdown_table(["category", "B", "K", "filled", "step ms", "verify ms", "ratio"], rows), ""]
 
 
 def code_execution_note(settings: dict) -> list[str]:
@@ -200,7 +196,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
                 f"## {method}: speedup by batch size x K (geometric mean over categories, temperature {temp:g}{how})",
                 "",
                 speedup_by_batch_table(records, method, temp), ""]
-  parts += drafters_section(ours) + adaptive_section(ours) + stops_paying_section(ours)
+  parts += drafters_section(ours) + adaptive_section(ours) + stops_paying_section(ours) + placement_section(ours)
   ar_rows = [r for r in ours if r["method"] == "ar" and r.get("bandwidth_bound_tok_s")]
   if ar_rows:
     parts += ["## Autoregressive decoding against the memory-bandwidth bound", "",
@@ -209,7 +205,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
               "throughput includes prefill, so the fraction is a lower bound.", ""]
     rows = [[r["batch_size"], r["category"], r["temperature"], r["throughput_tok_s"], r["bandwidth_bound_tok_s"],
              r["fraction_of_bandwidth_bound"]] for r in ar_rows]
-    parts += [_table(["B", "category", "T", "tok/s", "bound tok/s", "fraction"], rows), ""]
+    parts += [markdown_table(["B", "category", "T", "tok/s", "bound tok/s", "fraction"], rows), ""]
   parts += verify_cost_section(first.get("paired_verify_cost") or [])
   parts += trees_section(ours, first.get("paired_tree_verify_cost") or [])
   parts += ["## Theory beside measurement", "",
@@ -220,7 +216,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
            r["tokens_per_round"], r.get("expected_tokens_per_round"), r.get("cost_ratio_c"),
            r.get("verify_cost_ratio"), r.get("predicted_speedup_theorem"), r["predicted_speedup"],
            r["speedup_vs_ar"]] for r in ours if r["method"] != "ar"]
-  parts += [_table(["method", "K", "B", "category", "T", "alpha", "tok/round", "E", "c", "r", "thm 3.8",
+  parts += [markdown_table(["method", "K", "B", "category", "T", "alpha", "tok/round", "E", "c", "r", "thm 3.8",
                     "predicted", "measured"], rows), ""]
   gaps = [r for r in ours if r.get("theory_gap")]
   if gaps:
@@ -232,7 +228,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["draft_ms_per_round"],
            r["verify_ms_per_round"], r["accept_ms_per_round"], r.get("phase_split_matches_fused")]
           for r in ours if r["verify_ms_per_round"] is not None]
-  parts += [_table(["method", "K", "B", "category", "T", "draft", "verify", "accept", "same tokens as fused"], rows),
+  parts += [markdown_table(["method", "K", "B", "category", "T", "draft", "verify", "accept", "same tokens as fused"], rows),
             ""]
   parts += ["## Quality per category", "",
             "code: functions that parse and pass the prompt's tests; structured: outputs that parse as JSON/CSV; "
@@ -243,7 +239,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["quality"]["metric"],
            r["quality"]["value"], r["quality"]["n"], r.get("greedy_match_ar"), r["quality"].get("agrees_with_ar")]
           for r in records if r.get("quality")]
-  parts += [_table(["method", "K", "B", "category", "T", "metric", "value", "n", "greedy = AR", "agrees with AR"],
+  parts += [markdown_table(["method", "K", "B", "category", "T", "metric", "value", "n", "greedy = AR", "agrees with AR"],
                    rows), ""]
   peers = [r for r in records if r.get("implementation") == "hf"]
   if peers:
@@ -252,7 +248,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
               "vs specjax AR: against specjax autoregressive decoding in this run.", ""]
     rows = [[r["method"], r["k"], r["category"], r["temperature"], r["throughput_tok_s"], r.get("speedup_vs_own_ar"),
              r["speedup_vs_ar"], r["quality"]["value"]] for r in peers]
-    parts += [_table(["method", "K", "category", "T", "tok/s", "speedup vs own AR", "vs specjax AR", "quality"], rows),
+    parts += [markdown_table(["method", "K", "category", "T", "tok/s", "speedup vs own AR", "vs specjax AR", "quality"], rows),
               ""]
   peers = [r for r in records if r.get("implementation") == "llama_cpp"]
   if peers:
@@ -266,13 +262,13 @@ def write_report(records, settings: dict, output_dir: str) -> str:
               ""]
     rows = [[r["method"], r["k"], r["category"], r["temperature"], r["throughput_tok_s"], r["acceptance_rate"],
              r.get("speedup_vs_own_ar"), r["speedup_vs_ar"], r.get("specjax_over_peer")] for r in peers]
-    parts += [_table(["method", "K", "category", "T", "tok/s", "acceptance", "vs own AR", "vs specjax AR",
+    parts += [markdown_table(["method", "K", "category", "T", "tok/s", "acceptance", "vs own AR", "vs specjax AR",
                       "specjax / llama.cpp"], rows), ""]
   parts += ["## All results", ""]
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["throughput_tok_s"],
            r["latency_ms_per_token_p50"], r["latency_ms_per_token_p90"], r["tokens_per_round"], r["acceptance_rate"],
            r["speedup_vs_ar"], r.get("compile_s")] for r in records]
-  parts += [_table(["method", "K", "B", "category", "T", "tok/s", "ms/tok p50", "ms/tok p90", "tok/round",
+  parts += [markdown_table(["method", "K", "B", "category", "T", "tok/s", "ms/tok p50", "ms/tok p90", "tok/round",
                     "accept", "speedup", "compile s"], rows), ""]
   plots = write_plots(records, output_dir)
   parts += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]

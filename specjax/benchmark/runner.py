@@ -13,7 +13,7 @@ import platform
 import jax
 import numpy as np
 
-from specjax.benchmark import bandwidth, metrics, quality, tasks, theory, tree_cells
+from specjax.benchmark import bandwidth, metrics, placement, quality, tasks, theory, tree_cells
 from specjax.benchmark.phases import run_phase_split
 from specjax.benchmark.plan import Cell, plan, split_method, validate_config
 from specjax.benchmark.verify_cost import paired_verify_cost
@@ -141,9 +141,11 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
 
 
 def _call(target, batch: host.PreparedBatch, seed: int, calibration: Calibration, max_new_tokens=None) -> dict:
-  """One fused call through the host path, as a call record (`benchmark.metrics`)."""
+  """One fused call through the host path, as a call record (`benchmark.metrics`), with the CPUs' placement probed
+  just before it (about a millisecond)."""
+  round_trip_us = placement.core_round_trip_us()
   out = host.run_batch(target, batch, seed=seed, calibration=calibration, max_new_tokens=max_new_tokens)
-  return {"wall_s": out.wall_s, "first_token_s": out.first_token_s, "new_tokens": out.n_new_B.tolist(),
+  return {"wall_s": out.wall_s, "first_token_s": out.first_token_s, "round_trip_us": round_trip_us, "new_tokens": out.n_new_B.tolist(),
           "accepted": out.accepted_RxB.tolist(), "k": batch.spec.max_k, "k_R": out.k_R.tolist(), "tokens": out.tokens,
           **({"tree_ranks": out.tree_rank_RxBxD1.tolist(), "tree_children": out.tree_children_RxBxD1.tolist()}
              if out.tree_rank_RxBxD1 is not None else {})}

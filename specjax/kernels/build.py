@@ -1,5 +1,6 @@
-"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_packed.cc`, `cpu_attention.cc`, `cpu_quant.cc`) into one library,
-once per source, jaxlib and compiler, in the user's cache, and registers them with XLA.
+"""Builds the CPU kernels (`cpu_linear.cc`, `cpu_packed.cc`, `cpu_attention.cc`, `cpu_quant.cc`) and the machine
+probe (`cpu_probe.cc`) into one library, once per source, jaxlib and compiler, in the user's cache, and registers
+the kernels with XLA.
 
 Built on first use (a few seconds with g++); any failure (no compiler, not x86-64 with AVX2, FMA and F16C) leaves
 the kernels unavailable and the model on XLA's own ops, with the reason in `unavailable_reason()`.
@@ -19,7 +20,7 @@ import jaxlib
 
 _HERE = os.path.dirname(__file__)
 SOURCES = tuple(os.path.join(_HERE, name)
-                for name in ("cpu_linear.cc", "cpu_packed.cc", "cpu_attention.cc", "cpu_quant.cc"))
+                for name in ("cpu_linear.cc", "cpu_packed.cc", "cpu_attention.cc", "cpu_quant.cc", "cpu_probe.cc"))
 HEADERS = (os.path.join(_HERE, "parallel.h"),)
 TARGET_NAME = "specjax_cpu_linear"
 ATTENTION_TARGET_NAME = "specjax_cpu_attention"
@@ -31,6 +32,7 @@ _SYMBOLS = {TARGET_NAME: "SpecjaxCpuLinear", ATTENTION_TARGET_NAME: "SpecjaxCpuA
             PACKED_TARGET_NAME: "SpecjaxCpuPackedLinear"}
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-std=c++17", "-shared", "-fPIC", "-w")
 _reason: list[str] = []
+_library: list[ctypes.CDLL] = []
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,7 +107,13 @@ def registered() -> bool:
     return False
   for target, symbol in _SYMBOLS.items():
     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+  _library.append(library)
   return True
+
+
+def library() -> ctypes.CDLL | None:
+  """The loaded kernels' library (its plain C entry points, such as the machine probe), or None without kernels."""
+  return _library[0] if registered() else None
 
 
 def unavailable_reason() -> str:

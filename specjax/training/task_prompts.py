@@ -212,7 +212,9 @@ def _pools(wiki_root: str, code_root: str) -> dict[str, tuple[str, ...]]:
 
 def take_in_turns(pools, shares, n: int, seed: int) -> list[str]:
   """n items, pool i taking shares[i] of every sum(shares) turns, each pool seeded-shuffled (one generator, pools in
-  order); a pool that runs out leaves its turns to the others. The caller checks that the pools hold n."""
+  order); a pool that runs out leaves its turns to the others."""
+  if n > sum(map(len, pools)):  # callers name their pools in their own error; this guards the loop below
+    raise ValueError(f"take_in_turns: asked for {n} items, the pools hold {sum(map(len, pools))}")
   rng = np.random.default_rng(seed)
   queues = [collections.deque(pool[i] for i in rng.permutation(len(pool))) for pool in pools]
   turns = [i for i, share in enumerate(shares) for _ in range(share)]

@@ -56,6 +56,20 @@ def test_paired_speedups_take_the_ratio_per_pair():
   assert paired["paired_speedup_vs_ar_pooled"] == pytest.approx((50 / 4) / (30 / 5)) and paired["paired_calls"] == 3
   with pytest.raises(ValueError, match="one autoregressive call per call"):
     metrics.paired_speedups(fast, base[:2])
+  assert paired["paired_by_placement"] == {}  # no call was probed
+
+
+def test_paired_speedups_split_by_the_placement_each_pair_started_on():
+  def call(wall, trip, first=0.0):
+    return {"wall_s": wall, "first_token_s": first, "new_tokens": [10], "accepted": [], "round_trip_us": trip}
+  near, far = 0.12, 0.42
+  fast = [call(1.0, near), call(1.0, far), call(2.0, far), call(1.0, near), call(1.0, None)]
+  base = [call(3.0, near, 1.0), call(2.0, far, 0.2), call(2.0, far, 0.2), call(1.0, far), call(1.0, near)]
+  by = metrics.paired_speedups(fast, base)["paired_by_placement"]  # the 4th pair is mixed, the 5th unprobed
+  assert by["near"] == {"calls": 1, "speedup": pytest.approx(3.0), "ar_ms_per_token": pytest.approx(2000 / 9)}
+  assert by["far"]["calls"] == 2 and by["far"]["speedup"] == pytest.approx(1.5)
+  assert by["far"]["ar_ms_per_token"] == pytest.approx(1e3 * 3.6 / 18)
+  assert metrics.calls_by_placement(fast) == {"far": 2, "near": 2}
 
 
 def test_decode_throughput_leaves_the_prefill_out():

@@ -26,3 +26,14 @@ def test_tables_fall_back_to_the_cell_ratio_when_any_cell_was_unpaired():
   rows = [_row(1, "prose", 0.97, 1.21), _row(2, "prose", 1.03)]
   assert report.speedup_key(rows) == "speedup_vs_ar" and report.speedup_key([]) == "speedup_vs_ar"
   assert "| prose | 0.97 | 1.03 |" in report.speedup_by_category_table(rows, "feature_head", 1, 0.0)
+
+
+def test_the_placement_section_appears_only_when_the_run_saw_both_placements():
+  near = {"calls": 3, "speedup": 1.12, "ar_ms_per_token": 9.3}
+  far = {"calls": 2, "speedup": 1.31, "ar_ms_per_token": 12.6}
+  one = [dict(_row(4, "prose", 1.1, 1.2), paired_by_placement={"near": near})]
+  assert report.placement_section(one) == [] and report.placement_section([_row(4, "prose", 1.1)]) == []
+  both = [dict(_row(4, "prose", 1.1, 1.2), paired_by_placement={"near": near, "far": far})]
+  text = "\n".join(report.placement_section(both))
+  assert "| feature_head | prose | 1 | 4 | near | 3 | 9.30 | 1.12 |" in text
+  assert "| feature_head | prose | 1 | 4 | far | 2 | 12.60 | 1.31 |" in text

@@ -107,3 +107,11 @@ def test_bad_counts_are_refused(roots):
   tp._pools.cache_clear()
   with pytest.raises(FileNotFoundError):
     tp.prose_prompts(os.path.join(roots[0], "missing"))
+
+
+def test_take_in_turns_keeps_shares_and_refuses_more_than_the_pools_hold():
+  taken = tp.take_in_turns([["a1", "a2", "a3", "a4"], ["b1"]], [2, 1], 5, seed=0)
+  assert sorted(taken) == ["a1", "a2", "a3", "a4", "b1"]
+  assert [t[0] for t in taken[:3]] == ["a", "a", "b"]  # two turns of the first pool, then one of the second
+  with pytest.raises(ValueError, match="asked for 6 items, the pools hold 5"):
+    tp.take_in_turns([["a1", "a2", "a3", "a4"], ["b1"]], [2, 1], 6, seed=0)

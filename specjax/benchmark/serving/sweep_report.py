@@ -5,7 +5,7 @@ goodput and throughput against concurrency and against achieved output throughpu
 
 import os
 
-from specjax.benchmark.report import _fmt, _table
+from specjax.benchmark.tables import fmt, markdown_table
 from specjax.benchmark.serving import sweep_targets
 from specjax.benchmark.serving.sweep_cells import keys, measured, paired_ratios, ratios
 
@@ -41,7 +41,7 @@ def stops_paying_section(results: dict) -> list[str]:
   return ["## Where speculation stops paying", "",
           "The lowest concurrency at which the system's output throughput is below its baseline's at the same "
           "concurrency; with repeats, the median of the ratios paired by repeat (their range in brackets).", "",
-          _table(["system", "against", "stops paying at concurrency", "throughput ratio"], rows),
+          markdown_table(["system", "against", "stops paying at concurrency", "throughput ratio"], rows),
           ""]
 
 
@@ -58,7 +58,7 @@ def cell_table(results: dict, key, kind: str = "concurrency") -> str:
     accept = None if r.get("acceptance_rate") is None else 100.0 * r["acceptance_rate"]
     rows.append([name, f"{r['completed']}/{r['failed']}", r["output_throughput"], ratio, r["median_ttft_ms"],
                  r["median_tpot_ms"], r.get("p99_tpot_ms"), r.get("request_goodput"), accept])
-  return _table(["system", "done/failed", "output tok/s", f"vs {base or '-'}", "median TTFT ms", "median TPOT ms",
+  return markdown_table(["system", "done/failed", "output tok/s", f"vs {base or '-'}", "median TTFT ms", "median TPOT ms",
                  "p99 TPOT ms", "goodput req/s", "accept %"], rows)
 
 
@@ -118,7 +118,7 @@ def _header(results: dict) -> list[str]:
     rss = f", {info['rss_gib']:.1f} GiB resident after warmup" if info.get("rss_gib") else ""
     rss += "; deferred for memory: ran alone after the interleaved ones, unpaired" if info.get("deferred") else ""
     state = f"failed: {info['error'].splitlines()[0]}" if info.get("error") else (
-        f"up in {_fmt(info.get('startup_s'), '.0f')} s{rss}")
+        f"up in {fmt(info.get('startup_s'), '.0f')} s{rss}")
     lines.append(f"- **{name}** ({info['kind']}; {state}): `{' '.join(info.get('command') or ['-'])}`")
   return lines + [""]
 

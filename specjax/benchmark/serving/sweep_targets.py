@@ -5,7 +5,7 @@ speculation. A target whose systems were not all measured in one sweep is not li
 
 import statistics
 
-from specjax.benchmark.report import _table
+from specjax.benchmark.tables import markdown_table
 from specjax.benchmark.serving import sweep_config
 from specjax.benchmark.serving.sweep_cells import keys, measured, paired_ratios
 
@@ -83,4 +83,4 @@ def targets_section(results: dict) -> list[str]:
           "Each ratio paired by repeat (the two systems' cells ran back to back), the median of them judged. \"The "
           "better\" is whichever of autoregressive and the fixed-K systems has the highest median throughput at that "
           "concurrency; the speculative system against llama-server is specjax's best speculative one there.", "",
-          _table(["target", "concurrency", "ratio", "paired ratios", "median", "met"], rows), ""]
+          markdown_table(["target", "concurrency", "ratio", "paired ratios", "median", "met"], rows), ""]
