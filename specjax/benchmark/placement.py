@@ -1,7 +1,7 @@
 """Where the host placed the CPUs a two-core decode step runs on, measured as a cache line's round trip between them.
 
 On this project's 2-vCPU VM the host moves the vCPUs every 10-60 s between one die (a shared L3 and memory link:
-about 0.12 us) and two (about 0.4 us, twice the memory links), and the autoregressive step follows at 12.5 vs 9.3 ms
+0.08-0.14 us) and two (0.39-0.52 us, twice the memory links), and the autoregressive step follows at 12.5 vs 9.3 ms
 (docs/results.md section 54). Records carry the probe so a speedup is read with the placement it was measured on.
 """
 
@@ -10,7 +10,7 @@ import os
 
 from specjax.kernels import build
 
-FAR_US = 0.25  # between the two placements measured on the project's VM (0.11-0.14 vs 0.39-0.47 us)
+FAR_US = 0.25  # between the two placements measured on the project's VM (0.08-0.14 vs 0.39-0.52 us)
 
 
 def core_round_trip_us(trips: int = 2000) -> float | None:

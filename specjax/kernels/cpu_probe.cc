@@ -1,6 +1,6 @@
 // A machine probe, not a kernel: the round trip of one cache line bounced between two threads pinned to two CPUs.
-// On a VM it says how close the host placed the vCPUs (about 0.12 us sharing an L3 and a memory link, 0.4 us on
-// separate dies), which moves a two-core decode step by 1.35x on this project's VM (docs/results.md section 54).
+// On a VM it says how close the host placed the vCPUs (0.08-0.14 us sharing an L3 and a memory link, 0.39-0.52 us
+// on separate dies), which moves a two-core decode step by 1.35x on this project's VM (docs/results.md section 54).
 #include <pthread.h>
 #include <sched.h>
 
@@ -21,35 +21,43 @@ bool Pin(int cpu) {
 
 }  // namespace
 
-// The median round trip in microseconds over `trips` bounces between threads on cpu_a and cpu_b; -1 when either
-// thread cannot be pinned. The calling thread's own affinity is left as it was.
+// The median round trip in microseconds over up to `trips` bounces (at most 50 ms of them: on a busy machine a
+// bounce can wait for a descheduled peer) between threads on cpu_a and cpu_b; -1 when either thread cannot be
+// pinned. The calling thread's own affinity is left as it was.
 extern "C" double SpecjaxCoreRoundTripUs(int cpu_a, int cpu_b, int trips) {
+  constexpr int kDone = -1;
   alignas(64) std::atomic<int> line{0};
   std::atomic<bool> pinned{true};
-  std::vector<double> us(std::max(trips, 1));
+  std::vector<double> us;
+  us.reserve(std::max(trips, 1));
   auto bounce = [&](int cpu, bool first) {
     if (!Pin(cpu)) pinned.store(false);
     line.fetch_add(1);  // both threads pinned (or failed) before the first bounce
     while (line.load() < 2) {}
     if (!pinned.load()) return;
-    for (int i = 0; i < static_cast<int>(us.size()); ++i) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    for (int i = 0; i < std::max(trips, 1); ++i) {
       const int base = 2 + 2 * i;
       if (first) {
         const auto start = std::chrono::steady_clock::now();
+        if (start > deadline) break;
         line.store(base + 1);
         while (line.load() != base + 2) {}
-        us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
       } else {
-        while (line.load() != base + 1) {}
+        int seen;
+        while ((seen = line.load()) != base + 1 && seen != kDone) {}
+        if (seen == kDone) return;
         line.store(base + 2);
       }
     }
+    if (first) line.store(kDone);
   };
   std::thread a([&] { bounce(cpu_a, true); });
   std::thread b([&] { bounce(cpu_b, false); });
   a.join();
   b.join();
-  if (!pinned.load()) return -1.0;
+  if (!pinned.load() || us.empty()) return -1.0;
   std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
   return us[us.size() / 2];
 }
