@@ -72,17 +72,19 @@ def paired_speedups(calls, ar_calls) -> dict:
 
 def paired_by_placement(calls, ar_calls) -> dict:
   """The pairs whose two calls started on the same host placement of the CPUs (`placement`, from each call's
-  "round_trip_us"), per placement: how many, their median speedup and the autoregressive calls' median decode ms per
-  token. On a VM the host moves the vCPUs, the autoregressive step with them, and speedups follow (section 54)."""
+  "round_trip_us"), per placement: how many, their median speedup and the autoregressive calls' decode ms per token
+  (pooled). On a VM the host moves the vCPUs, the autoregressive step with them, and speedups follow (section 54)."""
   groups = {}
   for call, ar_call in zip(calls, ar_calls):
     where = {placement.placement(c.get("round_trip_us")) for c in (call, ar_call)}
     if len(where) == 1 and "" not in where and throughput([ar_call]) > 0:
       groups.setdefault(where.pop(), []).append((throughput([call]) / throughput([ar_call]), ar_call))
-  return {where: {"calls": len(pairs), "speedup": float(np.median([r for r, _ in pairs])),
-                  "ar_ms_per_token": 1e3 / decode_throughput([a for _, a in pairs])
-                  if decode_throughput([a for _, a in pairs]) else None}
-          for where, pairs in sorted(groups.items())}
+  by = {}
+  for where, pairs in sorted(groups.items()):
+    ar_tok_s = decode_throughput([a for _, a in pairs])
+    by[where] = {"pairs": len(pairs), "speedup": float(np.median([r for r, _ in pairs])),
+                 "ar_ms_per_token": 1e3 / ar_tok_s if ar_tok_s else None}
+  return by
 
 
 def latencies_ms_per_token(records) -> np.ndarray:

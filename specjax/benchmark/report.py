@@ -148,7 +148,7 @@ def trees_section(ours, tree_costs: list) -> list[str]:
 def placement_section(ours) -> list[str]:
   """Paired speedups per host placement of the CPUs (`benchmark.placement`), when the run saw more than one: on a
   VM that moves its vCPUs between one die and two, the autoregressive step and every speedup move with it."""
-  rows = [[r["method"], r["category"], r["batch_size"], r["k"], where, p["calls"], p["ar_ms_per_token"], p["speedup"]]
+  rows = [[r["method"], r["category"], r["batch_size"], r["k"], where, p["pairs"], p["ar_ms_per_token"], p["speedup"]]
           for r in ours for where, p in (r.get("paired_by_placement") or {}).items()]
   if len({row[4] for row in rows}) < 2:
     return []

@@ -66,8 +66,8 @@ def test_paired_speedups_split_by_the_placement_each_pair_started_on():
   fast = [call(1.0, near), call(1.0, far), call(2.0, far), call(1.0, near), call(1.0, None)]
   base = [call(3.0, near, 1.0), call(2.0, far, 0.2), call(2.0, far, 0.2), call(1.0, far), call(1.0, near)]
   by = metrics.paired_speedups(fast, base)["paired_by_placement"]  # the 4th pair is mixed, the 5th unprobed
-  assert by["near"] == {"calls": 1, "speedup": pytest.approx(3.0), "ar_ms_per_token": pytest.approx(2000 / 9)}
-  assert by["far"]["calls"] == 2 and by["far"]["speedup"] == pytest.approx(1.5)
+  assert by["near"] == {"pairs": 1, "speedup": pytest.approx(3.0), "ar_ms_per_token": pytest.approx(2000 / 9)}
+  assert by["far"]["pairs"] == 2 and by["far"]["speedup"] == pytest.approx(1.5)
   assert by["far"]["ar_ms_per_token"] == pytest.approx(1e3 * 3.6 / 18)
   assert metrics.calls_by_placement(fast) == {"far": 2, "near": 2}
 

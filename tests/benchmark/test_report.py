@@ -29,8 +29,8 @@ def test_tables_fall_back_to_the_cell_ratio_when_any_cell_was_unpaired():
 
 
 def test_the_placement_section_appears_only_when_the_run_saw_both_placements():
-  near = {"calls": 3, "speedup": 1.12, "ar_ms_per_token": 9.3}
-  far = {"calls": 2, "speedup": 1.31, "ar_ms_per_token": 12.6}
+  near = {"pairs": 3, "speedup": 1.12, "ar_ms_per_token": 9.3}
+  far = {"pairs": 2, "speedup": 1.31, "ar_ms_per_token": 12.6}
   one = [dict(_row(4, "prose", 1.1, 1.2), paired_by_placement={"near": near})]
   assert report.placement_section(one) == [] and report.placement_section([_row(4, "prose", 1.1)]) == []
   both = [dict(_row(4, "prose", 1.1, 1.2), paired_by_placement={"near": near, "far": far})]
