@@ -228,8 +228,8 @@ def write_report(records, settings: dict, output_dir: str) -> str:
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["draft_ms_per_round"],
            r["verify_ms_per_round"], r["accept_ms_per_round"], r.get("phase_split_matches_fused")]
           for r in ours if r["verify_ms_per_round"] is not None]
-  parts += [markdown_table(["method", "K", "B", "category", "T", "draft", "verify", "accept", "same tokens as fused"], rows),
-            ""]
+  parts += [markdown_table(["method", "K", "B", "category", "T", "draft", "verify", "accept",
+                            "same tokens as fused"], rows), ""]
   parts += ["## Quality per category", "",
             "code: functions that parse and pass the prompt's tests; structured: outputs that parse as JSON/CSV; "
             "prose: distinct-bigram ratio; long_context: share of output trigrams found in the passage. "
@@ -239,8 +239,8 @@ def write_report(records, settings: dict, output_dir: str) -> str:
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["quality"]["metric"],
            r["quality"]["value"], r["quality"]["n"], r.get("greedy_match_ar"), r["quality"].get("agrees_with_ar")]
           for r in records if r.get("quality")]
-  parts += [markdown_table(["method", "K", "B", "category", "T", "metric", "value", "n", "greedy = AR", "agrees with AR"],
-                   rows), ""]
+  parts += [markdown_table(["method", "K", "B", "category", "T", "metric", "value", "n", "greedy = AR",
+                            "agrees with AR"], rows), ""]
   peers = [r for r in records if r.get("implementation") == "hf"]
   if peers:
     parts += ["## Peer: HF transformers generate on the same file and prompts (batch 1)", "",
@@ -248,8 +248,8 @@ def write_report(records, settings: dict, output_dir: str) -> str:
               "vs specjax AR: against specjax autoregressive decoding in this run.", ""]
     rows = [[r["method"], r["k"], r["category"], r["temperature"], r["throughput_tok_s"], r.get("speedup_vs_own_ar"),
              r["speedup_vs_ar"], r["quality"]["value"]] for r in peers]
-    parts += [markdown_table(["method", "K", "category", "T", "tok/s", "speedup vs own AR", "vs specjax AR", "quality"], rows),
-              ""]
+    parts += [markdown_table(["method", "K", "category", "T", "tok/s", "speedup vs own AR", "vs specjax AR",
+                              "quality"], rows), ""]
   peers = [r for r in records if r.get("implementation") == "llama_cpp"]
   if peers:
     parts += ["## Peer: llama.cpp on the same GGUF pair and prompts (batch 1)", "",
@@ -263,7 +263,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
     rows = [[r["method"], r["k"], r["category"], r["temperature"], r["throughput_tok_s"], r["acceptance_rate"],
              r.get("speedup_vs_own_ar"), r["speedup_vs_ar"], r.get("specjax_over_peer")] for r in peers]
     parts += [markdown_table(["method", "K", "category", "T", "tok/s", "acceptance", "vs own AR", "vs specjax AR",
-                      "specjax / llama.cpp"], rows), ""]
+                              "specjax / llama.cpp"], rows), ""]
   parts += ["## All results", ""]
   rows = [[r["method"], r["k"], r["batch_size"], r["category"], r["temperature"], r["throughput_tok_s"],
            r["latency_ms_per_token_p50"], r["latency_ms_per_token_p90"], r["tokens_per_round"], r["acceptance_rate"],

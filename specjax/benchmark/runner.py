@@ -145,8 +145,9 @@ def _call(target, batch: host.PreparedBatch, seed: int, calibration: Calibration
   just before it (about a millisecond)."""
   round_trip_us = placement.core_round_trip_us()
   out = host.run_batch(target, batch, seed=seed, calibration=calibration, max_new_tokens=max_new_tokens)
-  return {"wall_s": out.wall_s, "first_token_s": out.first_token_s, "round_trip_us": round_trip_us, "new_tokens": out.n_new_B.tolist(),
-          "accepted": out.accepted_RxB.tolist(), "k": batch.spec.max_k, "k_R": out.k_R.tolist(), "tokens": out.tokens,
+  return {"wall_s": out.wall_s, "first_token_s": out.first_token_s, "round_trip_us": round_trip_us,
+          "new_tokens": out.n_new_B.tolist(), "accepted": out.accepted_RxB.tolist(), "k": batch.spec.max_k,
+          "k_R": out.k_R.tolist(), "tokens": out.tokens,
           **({"tree_ranks": out.tree_rank_RxBxD1.tolist(), "tree_children": out.tree_children_RxBxD1.tolist()}
              if out.tree_rank_RxBxD1 is not None else {})}
 

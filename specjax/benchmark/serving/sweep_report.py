@@ -58,8 +58,8 @@ def cell_table(results: dict, key, kind: str = "concurrency") -> str:
     accept = None if r.get("acceptance_rate") is None else 100.0 * r["acceptance_rate"]
     rows.append([name, f"{r['completed']}/{r['failed']}", r["output_throughput"], ratio, r["median_ttft_ms"],
                  r["median_tpot_ms"], r.get("p99_tpot_ms"), r.get("request_goodput"), accept])
-  return markdown_table(["system", "done/failed", "output tok/s", f"vs {base or '-'}", "median TTFT ms", "median TPOT ms",
-                 "p99 TPOT ms", "goodput req/s", "accept %"], rows)
+  return markdown_table(["system", "done/failed", "output tok/s", f"vs {base or '-'}", "median TTFT ms",
+                         "median TPOT ms", "p99 TPOT ms", "goodput req/s", "accept %"], rows)
 
 
 def _tables(results: dict) -> list[str]:
