@@ -1,8 +1,8 @@
 """Where the host placed the CPUs a two-core decode step runs on, measured as a cache line's round trip between them.
 
 On this project's 2-vCPU VM the host moves the vCPUs every 10-60 s between one die (a shared L3 and memory link:
-0.08-0.14 us) and two (0.39-0.52 us, twice the memory links), and the autoregressive step follows at 12.5 vs 9.3 ms
-(docs/results.md section 54). Records carry the probe so a speedup is read with the placement it was measured on.
+0.07-0.14 us) and two (0.39-0.55 us, twice the memory links), and the autoregressive step follows: medians
+13.65 vs 9.49 ms (docs/results.md section 54). Records carry the probe, so a speedup is read with its placement.
 """
 
 import ctypes
@@ -10,7 +10,7 @@ import os
 
 from specjax.kernels import build
 
-FAR_US = 0.25  # between the two placements measured on the project's VM (0.08-0.14 vs 0.39-0.52 us)
+FAR_US = 0.25  # between the two placements measured on the project's VM (0.07-0.14 vs 0.39-0.55 us)
 
 
 def core_round_trip_us(trips: int = 2000) -> float | None:

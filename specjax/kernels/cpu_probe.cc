@@ -1,6 +1,6 @@
 // A machine probe, not a kernel: the round trip of one cache line bounced between two threads pinned to two CPUs.
-// On a VM it says how close the host placed the vCPUs (0.08-0.14 us sharing an L3 and a memory link, 0.39-0.52 us
-// on separate dies), which moves a two-core decode step by 1.35x on this project's VM (docs/results.md section 54).
+// On a VM it says how close the host placed the vCPUs (0.07-0.14 us sharing an L3 and a memory link, 0.39-0.55 us
+// on separate dies), which moves a two-core decode step by 1.44x on this project's VM (docs/results.md section 54).
 #include <pthread.h>
 #include <sched.h>
 
