@@ -67,7 +67,7 @@ def adaptive_section(ours) -> list[str]:
           f"{fmt(worst[column])}, {worst['method']} {worst['category']} B={worst['batch_size']} "
           f"T={worst['temperature']:g})", "",
           markdown_table(["method", "category", "B", "T", "mean K", "tok/round", "speedup"]
-                 + (["paired median", "paired min"] if paired else []), table), ""]
+                         + (["paired median", "paired min"] if paired else []), table), ""]
 
 
 def stops_paying_section(ours) -> list[str]:
@@ -104,7 +104,7 @@ def drafters_section(ours) -> list[str]:
            for r in rows]
   return ["## Drafters compared (best first within each category, batch size and K)", "",
           markdown_table(["category", "T", "B", "K", "method", "acceptance", "tok/round", "cost ratio c", "speedup"]
-                 + (["paired"] if paired else []), table), ""]
+                         + (["paired"] if paired else []), table), ""]
 
 
 def trees_section(ours, tree_costs: list) -> list[str]:
@@ -136,7 +136,7 @@ def trees_section(ours, tree_costs: list) -> list[str]:
               "acceptance per depth and rank measured on calibration prompts; depth; branching). tok/round against "
               "the same drafter's chain; acceptance per depth: P(depth d accepted | depth d - 1 was).", "",
               markdown_table(["category", "T", "B", "method", "tree", "tok/round", "chain", "tree / chain",
-                      "acceptance per depth", "nodes / accepted", "speedup", "paired"], rows), ""]
+                              "acceptance per depth", "nodes / accepted", "speedup", "paired"], rows), ""]
   if tree_costs:
     rows = [[p["batch_size"], p["k"], p["filled"], p["step_ms"], p["verify_ms"], p["ratio"]] for p in tree_costs]
     parts += ["Verifying N tree nodes (a balanced tree: root + N positions with the tree's attention) against a "
@@ -217,7 +217,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
            r.get("verify_cost_ratio"), r.get("predicted_speedup_theorem"), r["predicted_speedup"],
            r["speedup_vs_ar"]] for r in ours if r["method"] != "ar"]
   parts += [markdown_table(["method", "K", "B", "category", "T", "alpha", "tok/round", "E", "c", "r", "thm 3.8",
-                    "predicted", "measured"], rows), ""]
+                            "predicted", "measured"], rows), ""]
   gaps = [r for r in ours if r.get("theory_gap")]
   if gaps:
     parts += ["Where measured and predicted disagree by more than 15%, or cannot be compared:", ""]
@@ -269,7 +269,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
            r["latency_ms_per_token_p50"], r["latency_ms_per_token_p90"], r["tokens_per_round"], r["acceptance_rate"],
            r["speedup_vs_ar"], r.get("compile_s")] for r in records]
   parts += [markdown_table(["method", "K", "B", "category", "T", "tok/s", "ms/tok p50", "ms/tok p90", "tok/round",
-                    "accept", "speedup", "compile s"], rows), ""]
+                            "accept", "speedup", "compile s"], rows), ""]
   plots = write_plots(records, output_dir)
   parts += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
   text = "\n".join(parts)

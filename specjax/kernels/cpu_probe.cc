@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -25,7 +26,8 @@ bool Pin(int cpu) {
 // bounce can wait for a descheduled peer) between threads on cpu_a and cpu_b; -1 when either thread cannot be
 // pinned. The calling thread's own affinity is left as it was.
 extern "C" double SpecjaxCoreRoundTripUs(int cpu_a, int cpu_b, int trips) {
-  constexpr int kDone = -1;
+  // Above every bounce's value, so a peer still at the start barrier (line < 2) also sees it and leaves.
+  constexpr int kDone = std::numeric_limits<int>::max();
   alignas(64) std::atomic<int> line{0};
   std::atomic<bool> pinned{true};
   std::vector<double> us;
