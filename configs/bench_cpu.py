@@ -52,6 +52,8 @@ def get_config():
   c.repeats = 1                    # timed repetitions of each call
   c.paired_with_ar = False         # also time an autoregressive call on the same inputs beside every drafter call
                                    # (paired_speedup_vs_ar: the ratio per pair, free of drift between cells)
+  c.paired_reference = ""          # "METHOD@K" (a chain cell of this run): timed beside every other drafter cell
+                                   # too, on the same inputs (paired_vs_reference: a tree against the best chain)
   c.draft_layers = 4               # draft_model = the target's first N layers
   c.layer_skip_layers = 0          # layer_skip without a trained adapter: the target's first N layers and head
                                    # (0: a quarter of its depth, 8 of SmolLM2-135M's 30)

@@ -48,12 +48,20 @@ def distribution(logits_xV: jax.Array, sampling: SamplingParams) -> jax.Array:
     return _greedy_draw(logits)[1]
   logits = logits / sampling.temperature
   if 0 < sampling.top_k < vocab:
-    kth_largest = jax.lax.top_k(logits, sampling.top_k)[0][..., -1:]
+    kth_largest = top_k(logits, sampling.top_k)[0][..., -1:]
     logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
   probs = jax.nn.softmax(logits, axis=-1)
   if sampling.top_p < 1.0:
     probs = _nucleus(probs, sampling.top_p)
   return probs
+
+
+def top_k(x_xV: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+  """`jax.lax.top_k` in float32 behind an optimization barrier. XLA:CPU runs its TopK kernel only when the result
+  is used as one leading slice. A bfloat16 input, or a consumer that takes one rank, turns it into a sort of the
+  whole row: 34 ms for top-k sampling over 5 x 49,152 logits, 2.5 ms per branched context of a tree (section 55).
+  The cast is exact, so the ranks are the same."""
+  return jax.lax.optimization_barrier(jax.lax.top_k(x_xV.astype(jnp.float32), k))
 
 
 def greedy_tokens(logits_xV: jax.Array) -> jax.Array:
@@ -82,12 +90,25 @@ def _greedy_draw(logits_xV: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _nucleus(probs_xV: jax.Array, top_p: float) -> jax.Array:
-  """Keeps the smallest set of most likely tokens whose mass reaches top_p (ties at the edge all kept)."""
-  sorted_desc = -jnp.sort(-probs_xV, axis=-1)
-  mass_before = jnp.cumsum(sorted_desc, axis=-1) - sorted_desc
-  n_keep = jnp.maximum(jnp.sum(mass_before < top_p, axis=-1, keepdims=True), 1)
-  threshold = jnp.take_along_axis(sorted_desc, n_keep - 1, axis=-1)
-  kept = jnp.where(probs_xV >= threshold, probs_xV, 0.0)
+  """Keeps the smallest set of most likely tokens whose mass reaches top_p (ties at the edge all kept): those at or
+  above the least probability whose strictly likelier tokens hold less than top_p. That threshold is found by a
+  binary search over float32 bit patterns (31 masked sums over V); XLA:CPU's sort of the vocabulary took 8 ms a
+  row (section 55)."""
+  probs_xV = probs_xV.astype(jnp.float32)
+
+  def mass_above(bits_x1):
+    threshold_x1 = jax.lax.bitcast_convert_type(bits_x1, jnp.float32)
+    return jnp.sum(jnp.where(probs_xV > threshold_x1, probs_xV, 0.0), axis=-1, keepdims=True)
+
+  def halve(_, bounds):  # mass_above(low) >= top_p > mass_above(high)
+    low_x1, high_x1 = bounds
+    mid_x1 = low_x1 + (high_x1 - low_x1) // 2
+    below = mass_above(mid_x1) < top_p
+    return jnp.where(below, low_x1, mid_x1), jnp.where(below, mid_x1, high_x1)
+
+  high_x1 = jax.lax.bitcast_convert_type(jnp.max(probs_xV, axis=-1, keepdims=True), jnp.int32)
+  _, high_x1 = jax.lax.fori_loop(0, 31, halve, (jnp.zeros_like(high_x1), high_x1))
+  kept = jnp.where(probs_xV >= jax.lax.bitcast_convert_type(high_x1, jnp.float32), probs_xV, 0.0)
   return kept / kept.sum(axis=-1, keepdims=True)
 
 

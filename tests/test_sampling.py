@@ -41,6 +41,21 @@ def test_distribution_matches_reference(temperature, top_k, top_p):
                                atol=1e-6)
 
 
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99])
+def test_nucleus_keeps_every_tie_at_the_edge_over_a_full_vocabulary(top_p):
+  """The threshold search gives what sorting gives: the least kept probability of the sorted prefix whose mass
+  before each token is below top_p, every token tied with it kept too; logits rounded to a coarse grid tie often."""
+  logits = np.round(np.random.default_rng(1).normal(size=(3, 49152)) * 2) / 2
+  ours = np.asarray(distribution(jnp.asarray(logits, jnp.float32), SamplingParams(1.0, 0, top_p)))
+  for row in range(3):
+    p = np.asarray(jax.nn.softmax(jnp.asarray(logits[row], jnp.float32)), np.float64)
+    ordered = -np.sort(-p)
+    n_keep = max(int(np.sum(np.cumsum(ordered) - ordered < top_p)), 1)
+    kept = np.where(p >= ordered[n_keep - 1], p, 0.0)
+    assert np.array_equal(ours[row] > 0, kept > 0) and (kept > 0).sum() > n_keep - 1
+    np.testing.assert_allclose(ours[row], kept / kept.sum(), rtol=1e-5, atol=1e-9)
+
+
 def test_sample_never_draws_zero_probability_tokens():
   probs = jnp.array([[0.0, 0.5, 0.0, 0.5]] * 4000)
   drawn = np.asarray(jax.vmap(sample)(jax.random.split(jax.random.key(0), 4000), probs))

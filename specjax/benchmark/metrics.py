@@ -60,14 +60,27 @@ def paired_speedups(calls, ar_calls) -> dict:
   """Speedup over autoregressive decoding from calls paired with autoregressive calls on the same inputs, run
   back to back: the machine's drift between cells (up to 10% on a shared CPU) falls out of each pair's ratio.
   `paired_speedup_vs_ar` is the median pair; the pooled figure is total throughput over the paired calls."""
-  if len(calls) != len(ar_calls) or not calls:
-    raise ValueError(f"paired speedups need one autoregressive call per call, got {len(ar_calls)} for {len(calls)}")
-  ratios = [throughput([a]) / throughput([b]) for a, b in zip(calls, ar_calls) if throughput([b]) > 0]
+  ratios = _pair_ratios(calls, ar_calls, "autoregressive")
   return {"paired_speedup_vs_ar": float(np.median(ratios)) if ratios else None,
           "paired_speedup_vs_ar_pooled": throughput(calls) / throughput(ar_calls) if throughput(ar_calls) else None,
           "paired_speedup_vs_ar_min": float(min(ratios)) if ratios else None,
           "paired_calls": len(ratios),
           "paired_by_placement": paired_by_placement(calls, ar_calls)}
+
+
+def _pair_ratios(calls, base_calls, base: str) -> list[float]:
+  """Each call's throughput over its partner's (partners without tokens dropped)."""
+  if len(calls) != len(base_calls) or not calls:
+    raise ValueError(f"paired speedups need one {base} call per call, got {len(base_calls)} for {len(calls)}")
+  return [throughput([a]) / throughput([b]) for a, b in zip(calls, base_calls) if throughput([b]) > 0]
+
+
+def paired_over(calls, base_calls) -> dict:
+  """Speedup over another drafter's calls (config.paired_reference), paired the way `paired_speedups` pairs (the
+  placements' "ar_ms_per_token" is then the reference's)."""
+  ratios = _pair_ratios(calls, base_calls, "reference")
+  return {"speedup": float(np.median(ratios)) if ratios else None, "pairs": len(ratios),
+          "by_placement": paired_by_placement(calls, base_calls)}
 
 
 def paired_by_placement(calls, ar_calls) -> dict:

@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from specjax.benchmark import tasks
+from specjax.benchmark.reference import parse_reference
 from specjax.drafters import registry
 from specjax.policy import SpeculationPolicy
 from specjax.quantize import check_weights
@@ -30,7 +31,8 @@ SETTINGS = ("model", "dtype", "weights", "random_model", "methods", "drafter_dir
             "paired_verify_calls", "tree_nodes", "tree_kind", "tree_depth", "tree_top_k", "tree_branching",
             "tree_methods", "tree_calibration_prompts", "prompts_per_category", "max_new_tokens", "max_prompt_tokens",
             "prompt_bucket",
-            "repeats", "paired_with_ar", "draft_layers", "layer_skip_layers", "prompt_lookup_max_ngram", "chat",
+            "repeats", "paired_with_ar", "paired_reference", "draft_layers", "layer_skip_layers",
+            "prompt_lookup_max_ngram", "chat",
             "stop_at_eos", "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
 
 
@@ -168,6 +170,7 @@ def validate_config(config) -> dict:
   if c["peers"] not in PEERS:
     raise ValueError(f"config.peers must be one of {PEERS}, got {c['peers']!r}")
   _trees(c)
+  c["paired_reference"] = parse_reference(c["paired_reference"], c["methods"], c["ks"])
   if c["peers"] and c["model"] == "random":
     raise ValueError(f"config.peers={c['peers']!r} needs a model file (a GGUF or 'smollm2-135m'), not "
                      f"model='random'")

@@ -7,6 +7,7 @@ import numpy as np
 
 from specjax.benchmark import sandbox
 from specjax.benchmark.metrics import geometric_mean
+from specjax.benchmark.reference import reference_section
 from specjax.benchmark.tables import fmt, markdown_table
 
 
@@ -197,6 +198,7 @@ def write_report(records, settings: dict, output_dir: str) -> str:
                 "",
                 speedup_by_batch_table(records, method, temp), ""]
   parts += drafters_section(ours) + adaptive_section(ours) + stops_paying_section(ours) + placement_section(ours)
+  parts += reference_section(ours)
   ar_rows = [r for r in ours if r["method"] == "ar" and r.get("bandwidth_bound_tok_s")]
   if ar_rows:
     parts += ["## Autoregressive decoding against the memory-bandwidth bound", "",

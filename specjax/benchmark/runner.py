@@ -6,6 +6,7 @@ Shapes are shared to bound compilation: one cache size for the whole run and one
 Each program's first call compiles, generates one token and is not timed (its time is reported as `compile_s`).
 """
 
+import dataclasses
 import itertools
 import os
 import platform
@@ -16,6 +17,7 @@ import numpy as np
 from specjax.benchmark import bandwidth, metrics, placement, quality, tasks, theory, tree_cells
 from specjax.benchmark.phases import run_phase_split
 from specjax.benchmark.plan import Cell, plan, split_method, validate_config
+from specjax.benchmark.reference import is_reference
 from specjax.benchmark.verify_cost import paired_verify_cost
 from specjax import engine, host
 from specjax.cache import cache_size
@@ -123,7 +125,7 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
       jax.clear_caches()  # no later cell reuses these programs; each holds memory maps (vm.max_map_count)
     previous = cell
     bar.set_postfix_str(f"{cell.method} k={cell.k} B={cell.batch_size} T={cell.temperature:g} {cat}")
-    record, rows_out = _run_cell(target, drafters[cell.method], cell, cat, suite[cat], prompt_ids[cat],
+    record, rows_out = _run_cell(target, drafters, cell, cat, suite[cat], prompt_ids[cat],
                                  buckets[cat], size, c, compiled, calibration)
     record.update(info)
     if (cell.method, cell.k, cell.temperature) in tuning:
@@ -160,33 +162,49 @@ def _batches(target, drafter, k, cell: Cell, groups, prompt_ids, bucket, size, c
                        min_prompt_bucket=bucket, min_cache_size=size, tree=tree) for rows in groups]
 
 
-def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, size, c, compiled, calibration):
+def _warm(target, inputs, key, compiled, seed, calibration):
+  """The compiling call of a program not yet run (it stops after its first token: its decode rounds would not be
+  timed): (compile_s, first_call_ttft_s), or Nones when compiled before."""
+  if key in compiled:
+    return None, None
+  first = _call(target, inputs[0], seed, calibration, max_new_tokens=1)
+  compiled.add(key)
+  return first["wall_s"], first["first_token_s"]
+
+
+def _run_cell(target, drafters, cell: Cell, category, specs, prompt_ids, bucket, size, c, compiled, calibration):
+  drafter = drafters[cell.method]
   groups = _groups(len(prompt_ids), cell.batch_size)
   k = SpeculationPolicy(ks=c["auto_ks"]) if cell.auto else cell.k
   inputs = _batches(target, drafter, k, cell, groups, prompt_ids, bucket, size, c)
   max_k = inputs[0].spec.max_k
   paired = c["paired_with_ar"] and cell.method != "ar"
-  ar_inputs = _batches(target, None, 0, cell, groups, prompt_ids, bucket, size, c) if paired else None
+  partners = {"ar": _batches(target, None, 0, cell, groups, prompt_ids, bucket, size, c)} if paired else {}
+  reference = c["paired_reference"]
+  if reference and cell.method != "ar" and not is_reference(cell, reference):
+    ref_cell = dataclasses.replace(cell, method=reference[0], k=reference[1], tree=None)
+    partners["reference"] = _batches(target, drafters[reference[0]], reference[1], ref_cell, groups, prompt_ids,
+                                     bucket, size, c)
+    _warm(target, partners["reference"], (*reference, cell.batch_size, cell.temperature, bucket), compiled,
+          c["seed"], calibration)
   seed0 = c["seed"]
-  key = (cell.method, cell.k, cell.batch_size, cell.temperature, bucket)
-  compile_s = first_call_ttft_s = None
-  if key not in compiled:  # the compiling call stops after its first token: its decode rounds would not be timed
-    first = _call(target, inputs[0], seed0, calibration, max_new_tokens=1)
-    compile_s, first_call_ttft_s = first["wall_s"], first["first_token_s"]
-    compiled.add(key)
+  compile_s, first_call_ttft_s = _warm(target, inputs, (cell.method, cell.k, cell.batch_size, cell.temperature,
+                                                        bucket), compiled, seed0, calibration)
   round_cost = None
   if cell.auto:  # measured on the first call (above, or in an earlier cell with this spec)
     round_cost = calibration.round_costs(engine.params_for(target, inputs[0].spec), drafter.params(),
                                          inputs[0].tokens_BxS, inputs[0].prompt_len_B, inputs[0].spec)
-  calls, ar_calls = [], []
+  calls, partner_calls = [], {name: [] for name in partners}
+  order = [*partners, "cell"]
   for repeat in range(c["repeats"]):
     for g, inp in enumerate(inputs):
       seed = seed0 + g
-      if paired and (repeat + g) % 2 == 0:  # alternate which goes first, so drift within a pair cancels
-        ar_calls.append(_call(target, ar_inputs[g], seed, calibration))
-      calls.append(_call(target, inp, seed, calibration))
-      if paired and (repeat + g) % 2 == 1:
-        ar_calls.append(_call(target, ar_inputs[g], seed, calibration))
+      turn = (repeat + g) % len(order)  # rotate which goes first, so drift within a pair cancels
+      for name in order[turn:] + order[:turn]:
+        if name == "cell":
+          calls.append(_call(target, inp, seed, calibration))
+        else:
+          partner_calls[name].append(_call(target, partners[name][g], seed, calibration))
   first = calls[:len(inputs)]
   tokens = [t for call_ in first for t in call_["tokens"]]
   rows = [i for g in groups for i in g]
@@ -207,7 +225,10 @@ def _run_cell(target, drafter, cell: Cell, category, specs, prompt_ids, bucket, 
             "quality": quality.aggregate(category, scores),
             "fused_ms_per_round": 1e3 * sum(x["wall_s"] for x in calls) / max(sum(len(x["accepted"]) for x in calls), 1)}
   if paired:
-    record.update(metrics.paired_speedups(calls, ar_calls))
+    record.update(metrics.paired_speedups(calls, partner_calls["ar"]))
+  if "reference" in partners:
+    record["paired_reference"] = list(reference)
+    record["paired_vs_reference"] = metrics.paired_over(calls, partner_calls["reference"])
   if cell.method == "ar":
     record["tokens_per_round"] = 1.0 if record["tokens_per_round"] is not None else None
   mean_context = record["prompt_tokens_mean"] + c["max_new_tokens"] / 2

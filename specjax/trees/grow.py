@@ -14,7 +14,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specjax.sampling import distribution
+from specjax.sampling import distribution, top_k
 from specjax.trees.layout import permute_window, tree_layout
 from specjax.trees.static import StaticTree
 
@@ -35,14 +35,15 @@ def ranked_children(logits_BxV, q_BxV, width: int, branching: str, keys_B):
   from q without replacement in draw order ("sample", Gumbel top-k; tokens outside q's support come last), and
   the draft's log-probability of each rank (the top log-probabilities, in order: for "top_k" the children's own;
   for "sample" independent of what was drawn, so that a tree shaped by values keeps the sampled rule exact)."""
-  top_BxW, children_BxW = jax.lax.top_k(logits_BxV, width)
+  logits_BxV = logits_BxV.astype(jnp.float32)
+  top_BxW, children_BxW = top_k(logits_BxV, width)
   # log_softmax at the top logits only, as jax.nn.log_softmax computes it: one top_k over V instead of two
   max_Bx1 = jnp.max(logits_BxV, axis=-1, keepdims=True)
   values_BxW = (top_BxW - max_Bx1) - jnp.log(jnp.sum(jnp.exp(logits_BxV - max_Bx1), axis=-1, keepdims=True))
   if branching == "top_k":
     return children_BxW, values_BxW
   gumbel_BxV = jax.vmap(lambda key: jax.random.gumbel(key, logits_BxV.shape[1:]))(keys_B)
-  return jax.lax.top_k(jnp.where(q_BxV > 0, jnp.log(q_BxV) + gumbel_BxV, -jnp.inf), width)[1], values_BxW
+  return top_k(jnp.where(q_BxV > 0, jnp.log(q_BxV) + gumbel_BxV, -jnp.inf), width)[1], values_BxW
 
 
 def _context_keys(keys_B, context: int):

@@ -108,6 +108,9 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
     (dict(tree_nodes=(4,), tree_kind="tuned", tree_calibration_prompts=99), "has only"),
     (dict(tree_nodes=(4,), tree_kind="tuned", tree_calibration_prompts=0), "tree_calibration_prompts"),
     (dict(methods=("ar", "medusa"), tree_methods=("prompt_lookup",)), "tree_methods"),
+    (dict(paired_reference="medusa"), "'METHOD@K'"),
+    (dict(paired_reference="eagle9@2"), "not a drafter method"),
+    (dict(paired_reference="medusa@3"), "not in config.ks"),
 ])
 def test_bad_settings_fail_before_model_work(tmp_path, change, message):
   with pytest.raises(ValueError, match=message):
@@ -168,3 +171,20 @@ def test_tuned_tree_cells(tmp_path):
     assert len(r["acceptance_by_depth_and_rank"]) == r["tree"]["depth"]
   report.write_outputs(records, validate_config(config), config.output_dir)
   assert "(tuned, " in (tmp_path / "report.md").read_text()
+
+
+def test_cells_paired_against_a_reference_chain(tmp_path):
+  """config.paired_reference times that chain cell beside every other drafter cell, on the same inputs, in turn
+  with the autoregressive partner: each such cell gets its speedup over the reference, and the report a table."""
+  config = tiny_config(tmp_path, methods=("ar", "prompt_lookup", "medusa"), categories=("code",), ks=(2, 3),
+                       temperatures=(0.0,), tree_nodes=(4,), tree_depth=2, tree_top_k=2, tree_methods=("medusa",),
+                       paired_verify_calls=0, repeats=2, paired_reference="prompt_lookup@2")
+  records = run_benchmark(config, target=init_model(TINY), progress=False)
+  paired = {(r["method"], r["k"]): r.get("paired_vs_reference") for r in records}
+  assert paired[("ar", 0)] is None and paired[("prompt_lookup", 2)] is None  # the reference itself: its own cell
+  for key in (("prompt_lookup", 3), ("medusa", 2), ("medusa", 3), ("medusa", "tree:4")):
+    p = paired[key]
+    assert p["pairs"] == 2 * config.prompts_per_category and p["speedup"] > 0, key
+  assert all(r["greedy_match_ar"] == 1.0 for r in records if r["method"] != "ar")
+  report.write_outputs(records, validate_config(config), config.output_dir)
+  assert "## Paired against prompt_lookup K=2" in (tmp_path / "report.md").read_text()

@@ -72,6 +72,19 @@ def test_paired_speedups_split_by_the_placement_each_pair_started_on():
   assert metrics.calls_by_placement(fast) == {"far": 2, "near": 2}
 
 
+def test_paired_over_a_reference_takes_the_ratio_per_pair_and_per_placement():
+  def call(wall, tokens, trip):
+    return {"wall_s": wall, "first_token_s": 0.0, "new_tokens": [tokens], "accepted": [], "round_trip_us": trip}
+  tree = [call(1.0, 12, 0.1), call(1.0, 10, 0.5), call(1.0, 9, 0.1)]
+  chain = [call(1.0, 10, 0.1), call(1.0, 10, 0.5), call(1.0, 10, 0.1)]
+  over = metrics.paired_over(tree, chain)  # pair ratios 1.2, 1.0, 0.9
+  assert over["speedup"] == pytest.approx(1.0) and over["pairs"] == 3
+  assert over["by_placement"]["near"]["speedup"] == pytest.approx(1.05) and over["by_placement"]["near"]["pairs"] == 2
+  assert over["by_placement"]["far"]["speedup"] == pytest.approx(1.0)
+  with pytest.raises(ValueError, match="one reference call per call"):
+    metrics.paired_over(tree, chain[:1])
+
+
 def test_decode_throughput_leaves_the_prefill_out():
   calls = [{"wall_s": 2.0, "first_token_s": 0.5, "new_tokens": [31, 16], "accepted": []},
            {"wall_s": 1.0, "first_token_s": 0.25, "new_tokens": [16, 16], "accepted": []}]
