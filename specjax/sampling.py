@@ -48,7 +48,7 @@ def distribution(logits_xV: jax.Array, sampling: SamplingParams) -> jax.Array:
     return _greedy_draw(logits)[1]
   logits = logits / sampling.temperature
   if 0 < sampling.top_k < vocab:
-    kth_largest = top_k(logits, sampling.top_k)[0][..., -1:]
+    kth_largest = jnp.min(top_k(logits, sampling.top_k)[0], axis=-1, keepdims=True)
     logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
   probs = jax.nn.softmax(logits, axis=-1)
   if sampling.top_p < 1.0:
@@ -57,11 +57,18 @@ def distribution(logits_xV: jax.Array, sampling: SamplingParams) -> jax.Array:
 
 
 def top_k(x_xV: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-  """`jax.lax.top_k` in float32 behind an optimization barrier. XLA:CPU runs its TopK kernel only when the result
-  is used as one leading slice. A bfloat16 input, or a consumer that takes one rank, turns it into a sort of the
-  whole row: 34 ms for top-k sampling over 5 x 49,152 logits, 2.5 ms per branched context of a tree (section 55).
-  The cast is exact, so the ranks are the same."""
-  return jax.lax.optimization_barrier(jax.lax.top_k(x_xV.astype(jnp.float32), k))
+  """`jax.lax.top_k` in float32. XLA:CPU runs its TopK kernel only when the result is used as one leading slice: a
+  bfloat16 input, or a consumer that slices out one rank (use `rank_of`), turns it into a sort of the whole row
+  (34 ms for top-k sampling over 5 x 49,152 logits, 2.5 ms per branched context of a tree; section 55). The cast is
+  exact, so the ranks are the same."""
+  return jax.lax.top_k(x_xV.astype(jnp.float32), k)
+
+
+def rank_of(ranked_xW: jax.Array, rank: int) -> jax.Array:
+  """Column `rank` of `top_k`'s output as a masked sum over every rank, which keeps XLA:CPU's TopK kernel where a
+  slice of that column would become a full sort (an optimization barrier would too, but aborts SPMD compilation)."""
+  iota_xW = jax.lax.broadcasted_iota(jnp.int32, ranked_xW.shape, ranked_xW.ndim - 1)
+  return jnp.sum(jnp.where(iota_xW == rank, ranked_xW, jnp.zeros_like(ranked_xW)), axis=-1)
 
 
 def greedy_tokens(logits_xV: jax.Array) -> jax.Array:

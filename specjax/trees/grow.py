@@ -14,7 +14,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specjax.sampling import distribution, top_k
+from specjax.sampling import distribution, rank_of, top_k
 from specjax.trees.layout import permute_window, tree_layout
 from specjax.trees.static import StaticTree
 
@@ -90,7 +90,7 @@ def _grow_static(tree, expand, state, root_logits_BxV, root_payload, root_slot_B
       if context not in ranked:
         ranked[context] = ranked_children(logits[context], q[context], width, tree.branching,
                                           _context_keys(keys_B, context))[0]
-      tokens[node] = ranked[context][:, ranks[node]]
+      tokens[node] = rank_of(ranked[context], ranks[node])
     runs = [node for node in level if node in expansion]
     if not runs:
       continue
