@@ -162,9 +162,10 @@ def _batches(target, drafter, k, cell: Cell, groups, prompt_ids, bucket, size, c
                        min_prompt_bucket=bucket, min_cache_size=size, tree=tree) for rows in groups]
 
 
-def _warm(target, inputs, key, compiled, seed, calibration):
-  """The compiling call of a program not yet run (it stops after its first token: its decode rounds would not be
-  timed): (compile_s, first_call_ttft_s), or Nones when compiled before."""
+def _warm(target, inputs, cell: Cell, bucket, compiled, seed, calibration):
+  """The compiling call of the cell's program if not yet run (it stops after its first token: its decode rounds
+  would not be timed): (compile_s, first_call_ttft_s), or Nones when compiled before."""
+  key = (cell.method, cell.k, cell.batch_size, cell.temperature, bucket)
   if key in compiled:
     return None, None
   first = _call(target, inputs[0], seed, calibration, max_new_tokens=1)
@@ -185,11 +186,9 @@ def _run_cell(target, drafters, cell: Cell, category, specs, prompt_ids, bucket,
     ref_cell = dataclasses.replace(cell, method=reference[0], k=reference[1], tree=None)
     partners["reference"] = _batches(target, drafters[reference[0]], reference[1], ref_cell, groups, prompt_ids,
                                      bucket, size, c)
-    _warm(target, partners["reference"], (*reference, cell.batch_size, cell.temperature, bucket), compiled,
-          c["seed"], calibration)
+    _warm(target, partners["reference"], ref_cell, bucket, compiled, c["seed"], calibration)
   seed0 = c["seed"]
-  compile_s, first_call_ttft_s = _warm(target, inputs, (cell.method, cell.k, cell.batch_size, cell.temperature,
-                                                        bucket), compiled, seed0, calibration)
+  compile_s, first_call_ttft_s = _warm(target, inputs, cell, bucket, compiled, seed0, calibration)
   round_cost = None
   if cell.auto:  # measured on the first call (above, or in an earlier cell with this spec)
     round_cost = calibration.round_costs(engine.params_for(target, inputs[0].spec), drafter.params(),
