@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from configs.llama3_8b_1b import DRAFT, TARGET  # noqa: E402
-from specjax.aot.trees import draft_calls  # noqa: E402
+from specjax.trees.fastest import draft_calls, interpolate  # noqa: E402
 from specjax.benchmark import theory  # noqa: E402
 from specjax.config import ModelConfig  # noqa: E402
 from specjax.trees import StaticTree  # noqa: E402
@@ -136,17 +136,6 @@ def _roofline_ms(run: dict, who: str) -> float:
   return 2 * (config.param_count() + kv) / (run["copy_gb_per_s"] * 1e6)
 
 
-def _interpolate(points: dict, x: int) -> float:
-  """Piecewise-linear in x through measured {x: y}, held flat beyond the ends."""
-  xs = sorted(points)
-  if x <= xs[0]:
-    return points[xs[0]]
-  for a, b in zip(xs, xs[1:]):
-    if x <= b:
-      return points[a] + (points[b] - points[a]) * (x - a) / (b - a)
-  return points[xs[-1]]
-
-
 def predict(path: str) -> str:
   """Markdown: the measured costs, then the predicted speedup of each SmolLM2-measured acceptance at them."""
   with open(path) as f:
@@ -180,7 +169,8 @@ def predict(path: str) -> str:
     if who not in draft_step or not chain:
       continue
     c, alpha = draft_step[who], _alpha(tokens, k)
-    options = [(theory.corrected_speedup(alpha, kk, c, _interpolate(chain, kk + 1)), kk) for kk in range(1, 9)
+    options = [(theory.corrected_speedup(alpha, kk, c, interpolate(chain, kk + 1, hold_ends=True)), kk)
+               for kk in range(1, 9)
                if kk + 1 <= max(chain)]
     speed, best_k = max(options) if options else (float("nan"), 0)
     cells = [f"{name} | {who} | {alpha:.3f} | K={best_k}, {theory.expected_tokens_per_round(alpha, best_k):.2f}, "
@@ -190,7 +180,8 @@ def predict(path: str) -> str:
       for n, ratio in trees.items():
         tree = StaticTree.balanced(n - 1, width=TREE_WIDTH)
         tokens_tree = theory.tree_expected_tokens(tree, theory.rank_acceptance(alpha, rate, TREE_WIDTH))
-        draft_cost = sum(c * (_interpolate(draft_width, w) if who == "draft" else 1.0) for w in draft_calls(tree))
+        draft_cost = sum(c * (interpolate(draft_width, w, hold_ends=True) if who == "draft" else 1.0)
+                         for w in draft_calls(tree))
         tree_cells.append((tokens_tree / (draft_cost + ratio), n - 1, tokens_tree))
       if tree_cells:
         tree_speed, nodes, tree_tokens = max(tree_cells)

@@ -12,14 +12,8 @@ sibling was rejected (`theory.rank_acceptance`).
 from specjax.aot.analysis import ProgramFigures, widen
 from specjax.aot.predict import spec_speedup
 from specjax.benchmark import theory
+from specjax.trees.fastest import draft_calls, ranked_choices
 from specjax.trees.static import StaticTree
-
-
-def draft_calls(tree: StaticTree) -> tuple[int, ...]:
-  """Positions of each draft call of one round: 1 for the root's context, then each level's nodes with children."""
-  parents = set(tree.parents)
-  return (1,) + tuple(sum(1 for node, depth in enumerate(tree.depths) if depth == level and node in parents)
-                      for level in range(1, tree.max_depth))
 
 
 def tree_round_ms(tree: StaticTree, draft_step: ProgramFigures, verify_ms: float) -> float:
@@ -37,11 +31,9 @@ def best_static_tree(n_nodes: int, accept_by_rank, ar_ms: float, draft_step: Pro
                      branching: str) -> tuple[StaticTree, float]:
   """(tree, speedup): over depths 1..N, the likeliest tree of N nodes with the best speedup (deeper trees accept
   more but make more draft calls)."""
-  width = len(accept_by_rank)
-  trees = [theory.best_tree(n_nodes, accept_by_rank, depth, branching) for depth in range(1, n_nodes + 1)
-           if sum(width ** d for d in range(1, depth + 1)) >= n_nodes]
-  return max(((t, tree_speedup(t, accept_by_rank, ar_ms, draft_step, verify_ms)) for t in trees),
-             key=lambda pair: (pair[1], -pair[0].max_depth))
+  best = ranked_choices(accept_by_rank, lambda t: tree_round_ms(t, draft_step, verify_ms) / ar_ms, (n_nodes,),
+                        n_nodes, branching, chains=False)[0]
+  return best.tree, best.speedup
 
 
 def _tree_entry(tree: StaticTree, accept_by_rank, ar_ms, draft_step, verify_ms) -> dict:

@@ -24,9 +24,10 @@ from specjax.config import ModelConfig
 from specjax.drafters.feature_head import (FeatureHeadConfig, linear, checked_feature_layers, fuse_layers,
                                            start_layer_norms)
 from specjax.drafters.trained_head import TrainedHead
-from specjax.drafters.vocab_head import draw, embed_tokens
+from specjax.drafters.vocab_head import embed_tokens, vocab_logits
 from specjax.model import Model
 from specjax.models import get_family
+from specjax.sampling import draw_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,8 +219,9 @@ class BlockDrafter(TrainedHead):
     slots_BxBs = root_B[:, None] + jnp.arange(size, dtype=jnp.int32)[None, :]
     out_BxBsxD, cache = net(x_BxBsxD, slots_BxBs, state["cache"])
     keys_BxK = jax.vmap(lambda key: jax.random.split(key, k))(keys_B)
-    draft_BxK, q_BxKxV = jax.vmap(lambda h, key: draw(frozen, h, sampling, key), in_axes=1, out_axes=1)(
-        out_BxBsxD[:, 1:k + 1], keys_BxK)
+    logits_BxKxV = vocab_logits(frozen, out_BxBsxD[:, 1:k + 1])   # one product over the block's rows
+    draft_BxK, q_BxKxV = jax.vmap(lambda logits, key: draw_tokens(key, logits, sampling), in_axes=1, out_axes=1)(
+        logits_BxKxV, keys_BxK)
     return draft_BxK, q_BxKxV, dict(state, cache=cache, round_len_B=seq_len_B.astype(jnp.int32))
 
   def commit(self, params, state, n_accepted_B, seq_len_B, features=None):

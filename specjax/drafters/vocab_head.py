@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.kernels.linear import gemm
+from specjax.kernels.linear import dense
 from specjax.model import Model
 from specjax.sampling import draw_tokens
 
@@ -29,9 +29,10 @@ def frozen_head(target: Model, vocab_ids=None) -> dict:
 
 
 def head_logits(frozen: dict, hidden_xD: jax.Array) -> jax.Array:
-  """Float32 logits over the draft vocabulary, [..., V_draft] (XLA's dot; in a training step under `bf16_gemm`, on
-  bfloat16 operands)."""
-  return gemm(hidden_xD.astype(jnp.float32), frozen["head"].astype(jnp.float32), transposed=True)
+  """Float32 logits over the draft vocabulary, [..., V_draft], through `kernels.linear.dense`: a draft step's 1-32
+  rows take the CPU skinny kernel (XLA:CPU's dot took 0.9 ms for 2 rows of the 8,192 x 576 head against 0.2;
+  docs/results.md section 56), a training step's many rows XLA's dot (under `bf16_gemm`, on bfloat16 operands)."""
+  return dense(hidden_xD.astype(jnp.float32), frozen["head"].astype(jnp.float32), transposed=True)
 
 
 def full_vocab_logits(frozen: dict, logits_xVd: jax.Array) -> jax.Array:

@@ -52,7 +52,7 @@ def bf16_gemm(enabled: bool):
 def _kernel_call(x_MxK, w, transposed: bool):
   n = w.shape[0] if transposed else w.shape[1]
   out = jax.ShapeDtypeStruct((x_MxK.shape[0], n), jnp.float32)
-  return jax.ffi.ffi_call(build.TARGET_NAME, out)(x_MxK, w, transposed=transposed)
+  return jax.ffi.ffi_call(build.TARGET_NAME, out, vmap_method="sequential")(x_MxK, w, transposed=transposed)
 
 
 def _skinny_impl(x_MxK, w, transposed):

@@ -1,0 +1,254 @@
+"""Which token tree is fastest on this CPU, and on the H200 of docs/results.md section 33, at the acceptance the
+shipped feature head and the q4 self-draft show per category here (Sequoia's hardware-aware choice,
+`specjax.trees.fastest`): issue 19's question whether the best tree can beat the best chain on a machine.
+
+Measured in one process, SmolLM2-135M, greedy, batch 1:
+- acceptance per depth and sibling rank, per drafter and category (`trees.tune.measure_acceptance`, a comb tree
+  --depth deep and --width wide, the first --prompts benchmark prompts of each category);
+- the target's verification of N + 1 positions against its one-position step (`benchmark.verify_cost`, trees);
+- each drafter's call over w rows against that step, paired: the head's decoder layer, draft-vocabulary head,
+  distribution and top-k ranking; the q4 model's scoring call;
+- a round's remaining cost (acceptance walk, commit, the loop) as the residual of the fused chain at K=4.
+Then per drafter and category: the fastest tree and the best chain under these costs, and under the H200's.
+
+  python docs/diagnostics/fastest_trees.py --prompts=2 --out=results/fastest_trees.json
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import specjax  # noqa: E402
+from specjax.benchmark import tasks  # noqa: E402
+from specjax.benchmark.placement import core_round_trip_us, placement  # noqa: E402
+from specjax.benchmark.verify_cost import paired_verify_cost  # noqa: E402
+from specjax.cache import init_cache  # noqa: E402
+from specjax.cli import drafter_from_config, model_from_source  # noqa: E402
+from specjax.drafters.vocab_head import embed_tokens, vocab_logits  # noqa: E402
+from specjax.sampling import distribution, top_k  # noqa: E402
+from specjax.trees import StaticTree, tune  # noqa: E402
+from specjax.trees.fastest import MeasuredRoundCost, ranked_choices  # noqa: E402
+
+CATEGORIES = ("code", "prose", "structured", "long_context")
+GREEDY = specjax.SamplingParams(temperature=0.0)
+# docs/results.md section 33 (an H200, Llama-3-8B-shaped target, bfloat16): verify / step by positions (chains up
+# to 9, trees beyond), the 1B draft's call over w rows / its step, and each drafter's step / the target's.
+H200 = {"verify_by_positions": {1: 1.0, 2: 0.99, 3: 1.01, 5: 1.02, 9: 1.07, 17: 1.13, 33: 1.26, 65: 1.48},
+        "draft_step": {"feature_head": 0.70 / 6.81, "quantized:q4": 1.98 / 6.81},
+        "draft_by_width": {"feature_head": None, "quantized:q4": {1: 1.0, 2: 0.98, 4: 0.98, 10: 1.07}}}
+
+
+def _seconds(f) -> float:
+  start = time.perf_counter()
+  jax.block_until_ready(f())
+  return time.perf_counter() - start
+
+
+def paired(f_a, f_b, calls: int) -> float:
+  """Median over alternated pairs of time(f_b) / time(f_a), after one warm call of each."""
+  _seconds(f_a), _seconds(f_b)
+  ratios = []
+  for i in range(calls):
+    a, b = (_seconds(f_a), _seconds(f_b)) if i % 2 == 0 else tuple(reversed((_seconds(f_b), _seconds(f_a))))
+    ratios.append(b / a)
+  return float(np.median(ratios))
+
+
+def draft_level(drafter, rows: int, filled: int, repeats: int = 20):
+  """A drafter's work for one tree level of `rows` nodes, `repeats` times in one program (so that host dispatch,
+  which the fused decode loop does not pay per call, is amortized), as its `propose_tree` and `grow` run it: the
+  feature head's decoder layer and draft-vocabulary head, or the quantized model's call; then the distribution and
+  the top-4 ranking over the vocabulary. Returns a callable whose time / repeats is one level's."""
+  params = drafter.params()
+  is_head = hasattr(drafter, "module") and "net" in params
+  config = drafter.module(params["net"]).layer_config if is_head else drafter.model.config
+  cache = init_cache(config, 1, filled + 64, dtype=jnp.float32).with_lengths(jnp.full((1,), filled, jnp.int32))
+  tokens = jnp.ones((1, rows), jnp.int32)
+  positions = filled + jnp.arange(rows, dtype=jnp.int32)[None, :]
+  feature = jnp.ones((1, rows, config.d_model), jnp.float32)
+
+  def logits_of(params, carry):
+    if is_head:
+      net = drafter.module(params["net"])
+      out, _ = net(feature + carry, embed_tokens(params["frozen"], tokens), positions, cache)
+      return vocab_logits(params["frozen"], net.out_norm(out))
+    moved = tokens + (carry > 1.0).astype(jnp.int32)   # always `tokens`, but XLA cannot hoist the call
+    logits, _, _ = drafter.model.with_params(params).module()(moved, positions, cache)
+    return logits
+
+  @jax.jit
+  def calls(params):
+    def level(_, carry):   # each level reads the last one's result, so none is hoisted or dropped
+      logits = logits_of(params, carry)
+      return carry + 1e-30 * (jnp.max(distribution(logits, GREEDY)) + top_k(logits, 4)[0].sum())
+    return jax.lax.fori_loop(0, repeats, level, jnp.zeros((), jnp.float32))
+
+  return lambda: calls(params)
+
+
+def target_step(target, filled: int):
+  """The target's one-position scoring call (the unit every cost here is in), as `paired_verify_cost` runs it."""
+  from specjax.engine import params_for, score_program
+  from specjax.spec import TargetSpec
+  spec = TargetSpec(graphdef=target.graphdef, kernels=jax.default_backend() == "cpu")
+  params = params_for(target, spec)
+  cache = init_cache(target.config, 1, filled + 64).with_lengths(jnp.full((1,), filled, jnp.int32))
+  tokens, positions = jnp.ones((1, 1), jnp.int32), jnp.full((1, 1), filled, jnp.int32)
+  call = jax.jit(lambda p, c: score_program(p, tokens, positions, c, None, spec=spec)[0])
+  return lambda: call(params, cache)
+
+
+def decode_ms_per_round(target, prompts, **kwargs) -> float:
+  """Fused decode ms per round (prefill excluded), median of 3 calls after a compiling one."""
+  specjax.generate(target, prompts[:1], chat=True, max_new_tokens=64, sampling=GREEDY, **kwargs)
+  per_round = []
+  for _ in range(3):
+    out = specjax.generate(target, prompts[:1], chat=True, max_new_tokens=64, sampling=GREEDY, **kwargs)
+    per_round.append(1e3 * (out.stats.wall_time_s - out.stats.first_token_s) / max(out.stats.rounds, 1))
+  return float(np.median(per_round))
+
+
+def measure(args) -> dict:
+  target = model_from_source("smollm2-135m")
+  drafters = {"feature_head": drafter_from_config("feature_head", target, "shipped"),
+              "quantized:q4": drafter_from_config("quantized", target, "q4")}
+  prompts = {cat: [p["prompt"] for p in tasks.select(cat, args.prompts)] for cat in CATEGORIES}
+  run = {"machine": platform.platform(), "cpu": platform.processor() or platform.machine(), "filled": args.filled,
+         "calls": args.calls, "depth": args.depth, "width": args.width, "prompts": args.prompts}
+  step = target_step(target, args.filled)
+  verify, run["placements"] = {1: 1.0}, {}
+  for n in args.nodes:
+    tree = StaticTree.balanced(n, width=min(args.width, n))
+    before = placement(core_round_trip_us())
+    verify[n + 1] = paired_verify_cost(target, batch=1, k=n, filled=args.filled, cache_size=args.filled + 64,
+                                       calls=args.calls, tree=tree)["ratio"]
+    run["placements"][n + 1] = [before, placement(core_round_trip_us())]   # the host's vCPU placement (s54)
+    print(f"verify {n + 1} positions: {verify[n + 1]:.3f} steps ({run['placements'][n + 1]})", flush=True)
+  run["verify_by_positions"] = verify
+  run["draft_step"], run["draft_by_width"] = {}, {}
+  for name, drafter in drafters.items():
+    one = draft_level(drafter, 1, args.filled)
+    run["draft_step"][name] = paired(step, one, args.calls) / 20
+    run["draft_by_width"][name] = {1: 1.0, **{w: paired(one, draft_level(drafter, w, args.filled), args.calls)
+                                              for w in (2, 4, 8)}}
+  print(f"draft steps {run['draft_step']}, widths {run['draft_by_width']}", flush=True)
+  step_ms = 1e3 * np.median([_seconds(step) for _ in range(20)])
+  run["step_ms"], run["acceptance"], run["overhead"], run["ar_round"] = step_ms, {}, {}, {}
+  for cat in CATEGORIES:
+    run["ar_round"][cat] = decode_ms_per_round(target, prompts[cat]) / step_ms
+    for name, drafter in drafters.items():
+      table = tune.measure_acceptance(target, drafter, prompts[cat], depth=args.depth, width=args.width,
+                                      max_new_tokens=64, sampling=GREEDY, chat=True)
+      run["acceptance"][f"{name}/{cat}"] = table
+      chain = decode_ms_per_round(target, prompts[cat], drafter=drafter, k=4) / step_ms
+      parts = _cost(run, name, 0.0)(StaticTree.chain(4))
+      run["overhead"][f"{name}/{cat}"] = max(chain - parts, 0.0)
+      print(f"{name} {cat}: acceptance {table}, chain K=4 round {chain:.2f} steps (parts {parts:.2f})", flush=True)
+  return run
+
+
+def _cost(costs: dict, name: str, overhead: float) -> MeasuredRoundCost:
+  return MeasuredRoundCost(verify_by_positions=costs["verify_by_positions"], draft_step=costs["draft_step"][name],
+                           draft_by_width=costs["draft_by_width"][name], overhead=overhead)
+
+
+def _describe(choice, ar_round: float) -> str:
+  """The choice's shape, expected tokens a round and predicted speedup over autoregressive rounds of ar_round
+  steps."""
+  tree = choice.tree
+  shape = f"K={tree.n_nodes}" if choice.is_chain else f"{tree.n_nodes} nodes, {tree.max_depth} deep"
+  return f"{shape}: {choice.expected_tokens:.2f}, {choice.speedup * ar_round:.2f}x"
+
+
+def report(run: dict, max_nodes: int) -> str:
+  """Markdown: per drafter and category, the best chain and the fastest tree under this CPU's costs and the
+  H200's (speedup over autoregressive decoding; the H200 row carries no per-round overhead)."""
+  from specjax.trees.expected import measured_rates
+  lines = [f"Costs in target steps ({run['step_ms']:.2f} ms here): verify by positions "
+           + ", ".join(f"{n}: {r:.2f}" for n, r in sorted((int(a), b) for a, b in run["verify_by_positions"].items()))
+           + "; draft steps " + ", ".join(f"{k} {v:.3f}" for k, v in run["draft_step"].items())
+           + "; a call over w rows / one row: " + ", ".join(
+               f"{k} " + " ".join(f"{w}: {r:.2f}" for w, r in v.items()) for k, v in run["draft_by_width"].items())
+           + "; overhead a round " + ", ".join(f"{k} {v:.2f}" for k, v in run["overhead"].items())
+           + "; autoregressive round " + ", ".join(f"{k} {v:.2f}" for k, v in run["ar_round"].items()), "",
+           "| drafter | category | costs | best chain: tokens a round, speedup | fastest tree | tree / chain |",
+           "| --- " * 6 + "|"]
+  for key, table in run["acceptance"].items():
+    name, cat = key.split("/")
+    rates = measured_rates(table)
+    for machine in ("this CPU", "H200"):
+      if machine == "this CPU":
+        cost, scale = _cost(run, name, run["overhead"][key]), run["ar_round"][cat]
+        nodes = min(max_nodes, cost.max_nodes)
+      else:
+        cost = MeasuredRoundCost(H200["verify_by_positions"], H200["draft_step"][name], H200["draft_by_width"][name])
+        scale, nodes = 1.0, max_nodes
+      choices = ranked_choices(rates, cost, range(1, nodes + 1), run["depth"])
+      chain = next(c for c in choices if c.is_chain)
+      tree = next((c for c in choices if not c.is_chain), None)
+      lines.append(f"| {name} | {cat} | {machine} | {_describe(chain, scale)} | "
+                   f"{_describe(tree, scale) if tree else '-'} | {tree.speedup / chain.speedup if tree else 0:.3f} |")
+  return "\n".join(lines)
+
+
+def validate(run: dict, bench_path: str) -> str:
+  """Markdown: the cost model against a benchmark run's trees (`scripts/benchmark.py` with tree cells and
+  `paired_reference` a chain at K=4): each tree's round cost over the chain's, predicted at the tokens a round the
+  run measured, beside the ratio of their paired speedups."""
+  with open(bench_path) as f:
+    records = json.load(f)
+  paired = {(r["method"], r["category"], str(r["k"])): r for r in records if r["method"] != "ar"}
+  lines = ["| drafter | category | tree | tok/round, tree / chain K=4 | predicted speed, tree / chain | measured |",
+           "| --- " * 6 + "|"]
+  for (name, cat, k), rec in sorted(paired.items()):
+    chain = paired.get((name, cat, "4"))
+    if not k.startswith("tree") or chain is None or f"{name}/{cat}" not in run["overhead"]:
+      continue
+    tree = StaticTree(tuple(tuple(p) for p in rec["tree"]["paths"]))
+    cost = _cost(run, name, run["overhead"][f"{name}/{cat}"])
+    predicted = (rec["tokens_per_round"] / cost(tree)) / (chain["tokens_per_round"] / cost(StaticTree.chain(4)))
+    speed = lambda r: (r.get("paired_vs_reference") or {"speedup": 1.0})["speedup"]
+    lines.append(f"| {name} | {cat} | {len(tree.paths)} nodes, {tree.max_depth} deep | "
+                 f"{rec['tokens_per_round'] / chain['tokens_per_round']:.3f} | {predicted:.3f} | "
+                 f"{speed(rec) / speed(chain):.3f} |")
+  return "\n".join(lines)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--prompts", type=int, default=2)
+  parser.add_argument("--depth", type=int, default=6)
+  parser.add_argument("--width", type=int, default=4)
+  parser.add_argument("--filled", type=int, default=160)
+  parser.add_argument("--calls", type=int, default=20)
+  parser.add_argument("--nodes", type=lambda s: tuple(int(x) for x in s.split(",")), default=(1, 2, 3, 4, 5, 6, 8,
+                                                                                             12, 16))
+  parser.add_argument("--max_nodes", type=int, default=16)
+  parser.add_argument("--out", default="results/fastest_trees.json")
+  parser.add_argument("--report", default="", help="a run's json: print its report, measure nothing")
+  parser.add_argument("--bench", default="", help="a benchmark run's results.json: check the cost model on its trees")
+  args = parser.parse_args()
+  if args.report:
+    with open(args.report) as f:
+      run = json.load(f)
+    print(report(run, args.max_nodes))
+    if args.bench:
+      print("\n" + validate(run, args.bench))
+    return
+  run = measure(args)
+  os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(run, f, indent=1)
+  print(report(run, args.max_nodes))
+
+
+if __name__ == "__main__":
+  main()
