@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -29,7 +28,7 @@ import numpy as np  # noqa: E402
 import specjax  # noqa: E402
 from specjax.benchmark import tasks  # noqa: E402
 from specjax.benchmark.placement import core_round_trip_us, placement  # noqa: E402
-from specjax.benchmark.verify_cost import paired_verify_cost  # noqa: E402
+from specjax.benchmark.verify_cost import paired_seconds, paired_verify_cost, scoring_call  # noqa: E402
 from specjax.cache import init_cache  # noqa: E402
 from specjax.cli import drafter_from_config, model_from_source  # noqa: E402
 from specjax.drafters.vocab_head import embed_tokens, vocab_logits  # noqa: E402
@@ -46,20 +45,10 @@ H200 = {"verify_by_positions": {1: 1.0, 2: 0.99, 3: 1.01, 5: 1.02, 9: 1.07, 17: 
         "draft_by_width": {"feature_head": None, "quantized:q4": {1: 1.0, 2: 0.98, 4: 0.98, 10: 1.07}}}
 
 
-def _seconds(f) -> float:
-  start = time.perf_counter()
-  jax.block_until_ready(f())
-  return time.perf_counter() - start
-
-
-def paired(f_a, f_b, calls: int) -> float:
-  """Median over alternated pairs of time(f_b) / time(f_a), after one warm call of each."""
-  _seconds(f_a), _seconds(f_b)
-  ratios = []
-  for i in range(calls):
-    a, b = (_seconds(f_a), _seconds(f_b)) if i % 2 == 0 else tuple(reversed((_seconds(f_b), _seconds(f_a))))
-    ratios.append(b / a)
-  return float(np.median(ratios))
+def ratio(call_a, call_b, calls: int) -> float:
+  """Median of time(call_b) / time(call_a) over alternated pairs (`benchmark.verify_cost.paired_seconds`)."""
+  a_s, b_s = paired_seconds(call_a, call_b, calls)
+  return float(np.median(b_s / a_s))
 
 
 def draft_level(drafter, rows: int, filled: int, repeats: int = 20):
@@ -94,18 +83,6 @@ def draft_level(drafter, rows: int, filled: int, repeats: int = 20):
   return lambda: calls(params)
 
 
-def target_step(target, filled: int):
-  """The target's one-position scoring call (the unit every cost here is in), as `paired_verify_cost` runs it."""
-  from specjax.engine import params_for, score_program
-  from specjax.spec import TargetSpec
-  spec = TargetSpec(graphdef=target.graphdef, kernels=jax.default_backend() == "cpu")
-  params = params_for(target, spec)
-  cache = init_cache(target.config, 1, filled + 64).with_lengths(jnp.full((1,), filled, jnp.int32))
-  tokens, positions = jnp.ones((1, 1), jnp.int32), jnp.full((1, 1), filled, jnp.int32)
-  call = jax.jit(lambda p, c: score_program(p, tokens, positions, c, None, spec=spec)[0])
-  return lambda: call(params, cache)
-
-
 def decode_ms_per_round(target, prompts, **kwargs) -> float:
   """Fused decode ms per round (prefill excluded), median of 3 calls after a compiling one."""
   specjax.generate(target, prompts[:1], chat=True, max_new_tokens=64, sampling=GREEDY, **kwargs)
@@ -123,7 +100,7 @@ def measure(args) -> dict:
   prompts = {cat: [p["prompt"] for p in tasks.select(cat, args.prompts)] for cat in CATEGORIES}
   run = {"machine": platform.platform(), "cpu": platform.processor() or platform.machine(), "filled": args.filled,
          "calls": args.calls, "depth": args.depth, "width": args.width, "prompts": args.prompts}
-  step = target_step(target, args.filled)
+  step = scoring_call(target, batch=1, positions=1, filled=args.filled, cache_size=args.filled + 64)
   verify, run["placements"] = {1: 1.0}, {}
   for n in args.nodes:
     tree = StaticTree.balanced(n, width=min(args.width, n))
@@ -133,14 +110,15 @@ def measure(args) -> dict:
     run["placements"][n + 1] = [before, placement(core_round_trip_us())]   # the host's vCPU placement (s54)
     print(f"verify {n + 1} positions: {verify[n + 1]:.3f} steps ({run['placements'][n + 1]})", flush=True)
   run["verify_by_positions"] = verify
-  run["draft_step"], run["draft_by_width"] = {}, {}
+  run["draft_step"], run["draft_by_width"], step_s = {}, {}, []
   for name, drafter in drafters.items():
     one = draft_level(drafter, 1, args.filled)
-    run["draft_step"][name] = paired(step, one, args.calls) / 20
-    run["draft_by_width"][name] = {1: 1.0, **{w: paired(one, draft_level(drafter, w, args.filled), args.calls)
+    a_s, b_s = paired_seconds(step, one, args.calls)
+    run["draft_step"][name], step_s = float(np.median(b_s / a_s)) / 20, step_s + list(a_s)
+    run["draft_by_width"][name] = {1: 1.0, **{w: ratio(one, draft_level(drafter, w, args.filled), args.calls)
                                               for w in (2, 4, 8)}}
   print(f"draft steps {run['draft_step']}, widths {run['draft_by_width']}", flush=True)
-  step_ms = 1e3 * np.median([_seconds(step) for _ in range(20)])
+  step_ms = 1e3 * float(np.median(step_s))
   run["step_ms"], run["acceptance"], run["overhead"], run["ar_round"] = step_ms, {}, {}, {}
   for cat in CATEGORIES:
     run["ar_round"][cat] = decode_ms_per_round(target, prompts[cat]) / step_ms

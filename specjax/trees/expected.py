@@ -15,7 +15,7 @@ def _check_ranks(accept_by_rank) -> tuple[float, ...]:
   return accept_by_rank
 
 
-def _rate_table(accept_by_rank) -> tuple[tuple[float, ...], ...]:
+def rate_table(accept_by_rank) -> tuple[tuple[float, ...], ...]:
   """Per-rank acceptance as one row per depth: a flat list holds at every depth; a table's row d - 1 holds at depth
   d, its last row below it."""
   rows = tuple(accept_by_rank)
@@ -54,8 +54,8 @@ def measured_rates(by_depth_and_rank, by_rank=None) -> list[list[float]]:
 def tree_expected_tokens(tree, accept_by_rank) -> float:
   """Expected tokens per round of a static tree (Sequoia / EAGLE-2): 1 (the correction or bonus) + the sum over
   nodes of the probability that the node's path is accepted, the product of the acceptance of its ranks at their
-  depths (accept_by_rank: one row of per-rank rates for every depth, or a row per depth, `_rate_table`)."""
-  table = _rate_table(accept_by_rank)
+  depths (accept_by_rank: one row of per-rank rates for every depth, or a row per depth, `rate_table`)."""
+  table = rate_table(accept_by_rank)
   if max(tree.ranks) >= len(table[0]):
     raise ValueError(f"the tree has rank {max(tree.ranks)} children; accept_by_rank covers ranks "
                      f"0..{len(table[0]) - 1}")
@@ -75,7 +75,7 @@ def best_tree(n_nodes: int, accept_by_rank, max_depth: int, branching: str = "to
   """The static tree of n_nodes, at most max_depth deep, with the most expected tokens per round (Sequoia; Medusa's
   calibrated tree): the n_nodes likeliest paths, grown from the root, each after its parent and its lower-ranked
   sibling (so the set is a tree). accept_by_rank: as `tree_expected_tokens` takes it."""
-  table = _rate_table(accept_by_rank)
+  table = rate_table(accept_by_rank)
   width = len(table[0])
   check_fits(n_nodes, max_depth, width)
   chosen, frontier = [], {(0,): (_rate(table, 1, 0), 1.0)}  # path: (its probability, its parent's)

@@ -10,7 +10,7 @@ E_tree is `expected.tree_expected_tokens` under a measured or assumed per-rank a
 import dataclasses
 from typing import Callable
 
-from specjax.trees.expected import _rate_table, best_tree, check_fits, tree_expected_tokens
+from specjax.trees.expected import best_tree, check_fits, rate_table, tree_expected_tokens
 from specjax.trees.static import StaticTree
 
 
@@ -92,7 +92,7 @@ class TreeChoice:
 def candidate_trees(accept_by_rank, sizes, max_depth: int, branching: str = "top_k", chains: bool = True):
   """The likeliest tree (`best_tree`) of every size in `sizes` at every depth limit 1..max_depth that can hold it,
   and with `chains` every chain of 1..max_depth drafts; each tree once."""
-  width = len(_rate_table(accept_by_rank)[0])
+  width = len(rate_table(accept_by_rank)[0])
   trees = {}
   for n in sizes:
     for depth in range(1, min(max_depth, n) + 1):
