@@ -39,8 +39,12 @@ def get_config():
                                    # StaticTree.balanced(N, width=tree_top_k) (every round the same shape);
                                    # "tuned": per method, the static tree of N nodes (tree_depth deep at most,
                                    # ranks below tree_top_k) with the most expected tokens at the acceptance per
-                                   # depth and rank it measured on the calibration prompts (specjax.trees.tune)
-  c.tree_calibration_prompts = 2   # "tuned": prompts per category after the measured ones, drafted with a comb
+                                   # depth and rank it measured on the calibration prompts (specjax.trees.tune);
+                                   # "fastest": per method, the tree of at most N nodes (a chain where no branch
+                                   # pays) fastest at that acceptance and this machine's measured round costs
+                                   # (benchmark.round_costs, trees.fastest)
+  c.tree_calibration_prompts = 2   # "tuned", "fastest": prompts a category after the measured ones, drafted with a comb
+  c.tree_per_category = False      # "tuned", "fastest": one tree per method and category, calibrated on its own
   c.tree_depth = 5                 # the dynamic trees' depth (at most N) and children per expanded node
   c.tree_top_k = 4
   c.tree_branching = "sample"      # "top_k" (each context's top choices) or "sample" (drawn from q)

@@ -21,18 +21,14 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import specjax  # noqa: E402
 from specjax.benchmark import tasks  # noqa: E402
 from specjax.benchmark.placement import core_round_trip_us, placement  # noqa: E402
-from specjax.benchmark.verify_cost import paired_seconds, paired_verify_cost, scoring_call  # noqa: E402
-from specjax.cache import init_cache  # noqa: E402
+from specjax.benchmark import round_costs  # noqa: E402
+from specjax.benchmark.verify_cost import paired_verify_cost  # noqa: E402
 from specjax.cli import drafter_from_config, model_from_source  # noqa: E402
-from specjax.drafters.vocab_head import embed_tokens, vocab_logits  # noqa: E402
-from specjax.sampling import distribution, top_k  # noqa: E402
 from specjax.trees import StaticTree, tune  # noqa: E402
 from specjax.trees.fastest import MeasuredRoundCost, ranked_choices  # noqa: E402
 
@@ -45,52 +41,11 @@ H200 = {"verify_by_positions": {1: 1.0, 2: 0.99, 3: 1.01, 5: 1.02, 9: 1.07, 17: 
         "draft_by_width": {"feature_head": None, "quantized:q4": {1: 1.0, 2: 0.98, 4: 0.98, 10: 1.07}}}
 
 
-def ratio(call_a, call_b, calls: int) -> float:
-  """Median of time(call_b) / time(call_a) over alternated pairs (`benchmark.verify_cost.paired_seconds`)."""
-  a_s, b_s = paired_seconds(call_a, call_b, calls)
-  return float(np.median(b_s / a_s))
-
-
-def draft_level(drafter, rows: int, filled: int, repeats: int = 20):
-  """A drafter's work for one tree level of `rows` nodes, `repeats` times in one program (so that host dispatch,
-  which the fused decode loop does not pay per call, is amortized), as its `propose_tree` and `grow` run it: the
-  feature head's decoder layer and draft-vocabulary head, or the quantized model's call; then the distribution and
-  the top-4 ranking over the vocabulary. Returns a callable whose time / repeats is one level's."""
-  params = drafter.params()
-  is_head = hasattr(drafter, "module") and "net" in params
-  config = drafter.module(params["net"]).layer_config if is_head else drafter.model.config
-  cache = init_cache(config, 1, filled + 64, dtype=jnp.float32).with_lengths(jnp.full((1,), filled, jnp.int32))
-  tokens = jnp.ones((1, rows), jnp.int32)
-  positions = filled + jnp.arange(rows, dtype=jnp.int32)[None, :]
-  feature = jnp.ones((1, rows, config.d_model), jnp.float32)
-
-  def logits_of(params, carry):
-    if is_head:
-      net = drafter.module(params["net"])
-      out, _ = net(feature + carry, embed_tokens(params["frozen"], tokens), positions, cache)
-      return vocab_logits(params["frozen"], net.out_norm(out))
-    moved = tokens + (carry > 1.0).astype(jnp.int32)   # always `tokens`, but XLA cannot hoist the call
-    logits, _, _ = drafter.model.with_params(params).module()(moved, positions, cache)
-    return logits
-
-  @jax.jit
-  def calls(params):
-    def level(_, carry):   # each level reads the last one's result, so none is hoisted or dropped
-      logits = logits_of(params, carry)
-      return carry + 1e-30 * (jnp.max(distribution(logits, GREEDY)) + top_k(logits, 4)[0].sum())
-    return jax.lax.fori_loop(0, repeats, level, jnp.zeros((), jnp.float32))
-
-  return lambda: calls(params)
-
-
 def decode_ms_per_round(target, prompts, **kwargs) -> float:
   """Fused decode ms per round (prefill excluded), median of 3 calls after a compiling one."""
   specjax.generate(target, prompts[:1], chat=True, max_new_tokens=64, sampling=GREEDY, **kwargs)
-  per_round = []
-  for _ in range(3):
-    out = specjax.generate(target, prompts[:1], chat=True, max_new_tokens=64, sampling=GREEDY, **kwargs)
-    per_round.append(1e3 * (out.stats.wall_time_s - out.stats.first_token_s) / max(out.stats.rounds, 1))
-  return float(np.median(per_round))
+  return float(np.median([round_costs.decode_ms_per_round(specjax.generate(
+      target, prompts[:1], chat=True, max_new_tokens=64, sampling=GREEDY, **kwargs)) for _ in range(3)]))
 
 
 def measure(args) -> dict:
@@ -100,7 +55,6 @@ def measure(args) -> dict:
   prompts = {cat: [p["prompt"] for p in tasks.select(cat, args.prompts)] for cat in CATEGORIES}
   run = {"machine": platform.platform(), "cpu": platform.processor() or platform.machine(), "filled": args.filled,
          "calls": args.calls, "depth": args.depth, "width": args.width, "prompts": args.prompts}
-  step = scoring_call(target, batch=1, positions=1, filled=args.filled, cache_size=args.filled + 64)
   verify, run["placements"] = {1: 1.0}, {}
   for n in args.nodes:
     tree = StaticTree.balanced(n, width=min(args.width, n))
@@ -110,15 +64,13 @@ def measure(args) -> dict:
     run["placements"][n + 1] = [before, placement(core_round_trip_us())]   # the host's vCPU placement (s54)
     print(f"verify {n + 1} positions: {verify[n + 1]:.3f} steps ({run['placements'][n + 1]})", flush=True)
   run["verify_by_positions"] = verify
-  run["draft_step"], run["draft_by_width"], step_s = {}, {}, []
+  run["draft_step"], run["draft_by_width"], step_ms = {}, {}, []
   for name, drafter in drafters.items():
-    one = draft_level(drafter, 1, args.filled)
-    a_s, b_s = paired_seconds(step, one, args.calls)
-    run["draft_step"][name], step_s = float(np.median(b_s / a_s)) / 20, step_s + list(a_s)
-    run["draft_by_width"][name] = {1: 1.0, **{w: ratio(one, draft_level(drafter, w, args.filled), args.calls)
-                                              for w in (2, 4, 8)}}
+    draft = round_costs.draft_costs(target, drafter, filled=args.filled, calls=args.calls)
+    run["draft_step"][name], run["draft_by_width"][name] = draft["draft_step"], draft["draft_by_width"]
+    step_ms.append(draft["step_ms"])
   print(f"draft steps {run['draft_step']}, widths {run['draft_by_width']}", flush=True)
-  step_ms = 1e3 * float(np.median(step_s))
+  step_ms = float(np.mean(step_ms))
   run["step_ms"], run["acceptance"], run["overhead"], run["ar_round"] = step_ms, {}, {}, {}
   for cat in CATEGORIES:
     run["ar_round"][cat] = decode_ms_per_round(target, prompts[cat]) / step_ms

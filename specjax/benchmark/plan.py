@@ -24,13 +24,13 @@ AUTO = "auto"
 PEERS = ("", "hf", "llama_cpp")
 SWEEPS = ("grid", "axes", "smoke")
 MAX_K = 64
-TREE_KINDS = ("dynamic", "static", "tuned")
+TREE_KINDS = ("dynamic", "static", "tuned", "fastest")
 # Every key of configs/bench_cpu.py (tests/benchmark/test_plan.py keeps the two the same).
 SETTINGS = ("model", "dtype", "weights", "random_model", "methods", "drafter_dirs", "categories", "ks", "auto_ks",
             "batch_sizes", "temperatures", "sweep", "phase_split_batch_sizes", "phase_split_methods",
             "paired_verify_calls", "tree_nodes", "tree_kind", "tree_depth", "tree_top_k", "tree_branching",
-            "tree_methods", "tree_calibration_prompts", "prompts_per_category", "max_new_tokens", "max_prompt_tokens",
-            "prompt_bucket",
+            "tree_methods", "tree_calibration_prompts", "tree_per_category", "prompts_per_category", "max_new_tokens",
+            "max_prompt_tokens", "prompt_bucket",
             "repeats", "paired_with_ar", "paired_reference", "draft_layers", "layer_skip_layers",
             "prompt_lookup_max_ngram", "chat",
             "stop_at_eos", "execute_code", "peers", "llama_cpp_dir", "seed", "output_dir", "compilation_cache_dir")
@@ -63,11 +63,13 @@ class Cell:
 class TunedTree:
   """A tree cell's static tree still to be tuned (config.tree_kind "tuned"): N nodes, at most `depth` deep, ranks
   below `width`; the runner measures the method's acceptance and puts `specjax.trees.tune.tuned_tree` in its
-  place."""
+  place. With `fastest` (tree_kind "fastest") it also measures the round's costs here and puts the fastest tree of
+  at most N nodes in its place (`specjax.trees.fastest`; a chain where no branching pays)."""
   n_nodes: int
   depth: int
   width: int
   branching: str
+  fastest: bool = False
 
   def __post_init__(self):
     check_fits(self.n_nodes, self.depth, self.width)   # the tuned tree will be best_tree's, which checks the same
@@ -201,15 +203,17 @@ def _trees(c: dict) -> None:
   missing = [m for m in c["tree_methods"] if m not in c["methods"][1:]]
   if missing:
     raise ValueError(f"tree_methods {missing} are not drafter methods of config.methods {list(c['methods'])}")
+  if not isinstance(c["tree_per_category"], bool):
+    raise ValueError(f"config.tree_per_category must be True or False, got {c['tree_per_category']!r}")
   if c["tree_kind"] not in TREE_KINDS:
     raise ValueError(f"config.tree_kind must be one of {list(TREE_KINDS)}, got {c['tree_kind']!r}")
   depth, width = int(c["tree_depth"]), int(c["tree_top_k"])
-  if c["tree_kind"] == "tuned" and c["tree_nodes"]:
+  if c["tree_kind"] in ("tuned", "fastest") and c["tree_nodes"]:
     n = c["tree_calibration_prompts"]
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
       raise ValueError(f"config.tree_calibration_prompts must be an int >= 1, got {n!r}")
     if not c["prompts_per_category"]:
-      raise ValueError("config.tree_kind 'tuned' calibrates on the prompts after the measured ones; "
+      raise ValueError(f"config.tree_kind {c['tree_kind']!r} calibrates on the prompts after the measured ones; "
                        "prompts_per_category=0 measures them all, so none is left")
     for category in c["categories"]:
       tasks.select(category, n, skip=c["prompts_per_category"])  # raises if too few are left
@@ -217,7 +221,7 @@ def _trees(c: dict) -> None:
     c["trees"] = tuple(
         DynamicTree(n, min(depth, n), width, c["tree_branching"]) if c["tree_kind"] == "dynamic"
         else StaticTree.balanced(n, width, c["tree_branching"]) if c["tree_kind"] == "static"
-        else TunedTree(n, min(depth, n), width, c["tree_branching"])
+        else TunedTree(n, min(depth, n), width, c["tree_branching"], fastest=c["tree_kind"] == "fastest")
         for n in c["tree_nodes"])
   except ValueError as err:
     raise ValueError(f"config.tree_nodes / tree_depth / tree_top_k: {err}") from None

@@ -9,6 +9,7 @@ from specjax.benchmark import sandbox
 from specjax.benchmark.metrics import geometric_mean
 from specjax.benchmark.reference import reference_section
 from specjax.benchmark.tables import fmt, markdown_table
+from specjax.benchmark.tree_cells import tree_kind
 
 
 def _ours(records):
@@ -127,14 +128,13 @@ def trees_section(ours, tree_costs: list) -> list[str]:
       base = chain(r)
       per_depth = "/".join(fmt(a) for a in r["acceptance_per_depth"] or [])
       rows.append([r["category"], r["temperature"], r["batch_size"], r["method"],
-                   f"{r['tree']['nodes']} ({'tuned' if r.get('tree_calibration') else r['tree']['kind'][:-4].lower()}, "
-                   f"{r['tree']['depth']} deep, "
-                   f"{r['tree']['branching']})",
+                   f"{r['tree']['nodes']} ({tree_kind(r)}, {r['tree']['depth']} deep, {r['tree']['branching']})",
                    r["tokens_per_round"], base and f"K={base['k']}: {fmt(base['tokens_per_round'])}",
                    base and base["tokens_per_round"] and r["tokens_per_round"] / base["tokens_per_round"],
                    per_depth, r.get("verified_per_accepted"), r["speedup_vs_ar"], r.get("paired_speedup_vs_ar")])
     parts += ["Trees (nodes; dynamic, EAGLE-2, static, or tuned: the static tree of the most expected tokens at the "
-              "acceptance per depth and rank measured on calibration prompts; depth; branching). tok/round against "
+              "acceptance per depth and rank measured on calibration prompts, or fastest: the tree or chain of the "
+              "most expected tokens per measured round cost; depth; branching). tok/round against "
               "the same drafter's chain; acceptance per depth: P(depth d accepted | depth d - 1 was).", "",
               markdown_table(["category", "T", "B", "method", "tree", "tok/round", "chain", "tree / chain",
                               "acceptance per depth", "nodes / accepted", "speedup", "paired"], rows), ""]

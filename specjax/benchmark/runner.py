@@ -99,7 +99,7 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
   size = cache_size(max(max(buckets.values()), needed))
   cells = plan(c, {m: d.max_k for m, d in drafters.items() if d is not None},
                {m: d.max_tree_depth for m, d in drafters.items() if d is not None})
-  cells, tuning = tree_cells.tune_trees(cells, target, drafters, c, lambda text: _encode(target, text, c), progress)
+  units, tuning = tree_cells.tune_trees(cells, target, drafters, c, lambda text: _encode(target, text, c), progress)
   info = machine_info()
   info["copy_bandwidth_gbs"] = bandwidth.copy_bandwidth_gbs()
   info["target_weights"] = c["weights"]
@@ -117,10 +117,9 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
                              calls=c["paired_verify_calls"], tree=StaticTree.balanced(n, width=c["tree_top_k"]))
           for n in c["tree_nodes"]]
 
-  units = len(cells) * len(c["categories"])
-  bar = tqdm(total=units + (peer_runner.units() if peer_runner else 0), desc="benchmark", disable=not progress)
+  bar = tqdm(total=len(units) + (peer_runner.units() if peer_runner else 0), desc="benchmark", disable=not progress)
   compiled, calibration, records, outputs, previous = set(), Calibration(), [], {}, None
-  for cell, cat in itertools.product(cells, c["categories"]):
+  for cell, cat in units:
     if previous is not None and (cell.batch_size, cell.temperature) != (previous.batch_size, previous.temperature):
       jax.clear_caches()  # no later cell reuses these programs; each holds memory maps (vm.max_map_count)
     previous = cell
@@ -128,8 +127,8 @@ def run_benchmark(config, target=None, progress: bool = True) -> list[dict]:
     record, rows_out = _run_cell(target, drafters, cell, cat, suite[cat], prompt_ids[cat],
                                  buckets[cat], size, c, compiled, calibration)
     record.update(info)
-    if (cell.method, cell.k, cell.temperature) in tuning:
-      record["tree_calibration"] = tuning[(cell.method, cell.k, cell.temperature)]
+    if (cell.method, cell.k, cell.temperature, cat) in tuning:
+      record["tree_calibration"] = tuning[(cell.method, cell.k, cell.temperature, cat)]
     records.append(record)
     outputs[(cell, cat)] = rows_out
     bar.update(1)

@@ -16,14 +16,35 @@ def comb(depth: int, width: int, branching: str = "top_k") -> StaticTree:
   return StaticTree(tuple((0,) * d + (r,) for d in range(depth) for r in range(width)), branching)
 
 
-def measure_acceptance(target, drafter, prompts, *, depth: int, width: int, max_new_tokens: int,
-                       branching: str = "top_k", **generate_kwargs) -> list[list[float | None]]:
-  """The drafter's acceptance per depth (rows, depth 1 first) and sibling rank (columns), measured by generating
-  from `prompts` with `comb(depth, width)` trees (`specjax.generate`'s other arguments pass through)."""
+def comb_run(target, drafter, prompts, *, depth: int, width: int, max_new_tokens: int, branching: str = "top_k",
+             **generate_kwargs):
+  """`specjax.generate` from `prompts` with `comb(depth, width)` trees (its other arguments pass through): its
+  stats hold the drafter's acceptance per depth and sibling rank, and its time a round of the comb."""
   from specjax.generate import generate
-  result = generate(target, prompts, drafter=drafter, tree=comb(depth, width, branching),
-                    max_new_tokens=max_new_tokens, **generate_kwargs)
-  return result.stats.acceptance_by_depth_and_rank
+  return generate(target, prompts, drafter=drafter, tree=comb(depth, width, branching),
+                  max_new_tokens=max_new_tokens, **generate_kwargs)
+
+
+def measure_acceptance(target, drafter, prompts, *, depth: int, width: int, max_new_tokens: int,
+                       branching: str = "top_k", batch_size: int = 0, **generate_kwargs) -> list[list[float | None]]:
+  """The drafter's acceptance per depth (rows, depth 1 first) and sibling rank (columns), measured by generating
+  from `prompts` with `comb(depth, width)` trees (`comb_run`). With batch_size, `batch_size` prompts a call, the
+  calls' tables averaged entry by entry: a drafter's numerics may follow its row count (q4's kernel rounds 1-4 rows
+  to int8, more rows run in float and draft the target's own tokens), so calibrate at the batch that decodes."""
+  size = batch_size or len(prompts)
+  tables = [comb_run(target, drafter, prompts[i:i + size], depth=depth, width=width, max_new_tokens=max_new_tokens,
+                     branching=branching, **generate_kwargs).stats.acceptance_by_depth_and_rank
+            for i in range(0, len(prompts), size)]
+  return mean_tables(tables)
+
+
+def mean_tables(tables) -> list[list[float | None]]:
+  """Entry-by-entry mean of acceptance tables of one shape, over the tables that measured the entry (None where
+  none did)."""
+  def mean(values):
+    measured = [v for v in values if v is not None]
+    return sum(measured) / len(measured) if measured else None
+  return [[mean(column) for column in zip(*rows)] for rows in zip(*tables)]
 
 
 def tuned_tree(n_nodes: int, acceptance, max_depth: int, branching: str = "top_k") -> StaticTree:

@@ -107,6 +107,7 @@ def test_tiny_run_writes_results_report_and_plots(tmp_path):
     (dict(tree_nodes=(4,), tree_kind="tuned", prompts_per_category=0), "none is left"),
     (dict(tree_nodes=(4,), tree_kind="tuned", tree_calibration_prompts=99), "has only"),
     (dict(tree_nodes=(4,), tree_kind="tuned", tree_calibration_prompts=0), "tree_calibration_prompts"),
+    (dict(tree_nodes=(4,), tree_kind="fastest", prompts_per_category=0), "'fastest' calibrates"),
     (dict(methods=("ar", "medusa"), tree_methods=("prompt_lookup",)), "tree_methods"),
     (dict(paired_reference="medusa"), "'METHOD@K'"),
     (dict(paired_reference="eagle9@2"), "not a drafter method"),
@@ -171,6 +172,37 @@ def test_tuned_tree_cells(tmp_path):
     assert len(r["acceptance_by_depth_and_rank"]) == r["tree"]["depth"]
   report.write_outputs(records, validate_config(config), config.output_dir)
   assert "(tuned, " in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("per_category", [False, True])
+def test_fastest_tree_cells(tmp_path, per_category):
+  """config.tree_kind "fastest": each tree method's tree (or chain) of at most N nodes with the most expected tokens
+  per round cost measured in the run, over every category's calibration prompts or (tree_per_category) each
+  category's own; the record holds the costs and acceptance, which reproduce the choice."""
+  from specjax.benchmark import round_costs, theory
+  from specjax.trees import StaticTree
+  from specjax.trees.fastest import MeasuredRoundCost, ranked_choices
+  config = tiny_config(tmp_path, methods=("ar", "draft_model"), categories=("code", "prose"), tree_nodes=(4,),
+                       tree_kind="fastest", tree_depth=3, tree_top_k=2, temperatures=(0.0,), paired_verify_calls=2,
+                       prompts_per_category=1, tree_calibration_prompts=1, tree_per_category=per_category)
+  records = run_benchmark(config, target=init_model(TINY), progress=False)
+  trees = [r for r in records if r["k"] == "tree:4"]
+  assert len(trees) == 2
+  for r in trees:
+    assert r["tree_calibration"]["categories"] == ([r["category"]] if per_category else ["code", "prose"])
+    fastest = r["tree_calibration"]["fastest"]
+    assert r["tree"]["kind"] == "StaticTree" and r["tree"]["paths"] == fastest["chosen"]["paths"]
+    assert r["tree"]["nodes"] <= 4 and r["tree"]["depth"] <= 3 and r["greedy_match_ar"] == 1.0
+    assert sorted(map(int, fastest["verify_by_positions"])) == [1, 2, 3, 4, 5]
+    assert fastest["draft_step"] > 0 and fastest["overhead_steps"] >= 0 and fastest["best_chain"]["chain"]
+    verify = round_costs.never_cheaper({int(n): r for n, r in fastest["verify_by_positions"].items()})
+    cost = MeasuredRoundCost(verify, fastest["draft_step"], fastest["draft_by_width"], fastest["overhead_steps"])
+    rates = theory.measured_rates(r["tree_calibration"]["acceptance_by_depth_and_rank"])
+    best = ranked_choices(rates, cost, range(1, 5), 3)[0]
+    assert best.tree == StaticTree(tuple(map(tuple, fastest["chosen"]["paths"])))
+    assert fastest["chosen"]["speedup_over_ar_steps"] >= fastest["best_chain"]["speedup_over_ar_steps"]
+  report.write_outputs(records, validate_config(config), config.output_dir)
+  assert "(fastest, " in (tmp_path / "report.md").read_text()
 
 
 def test_cells_paired_against_a_reference_chain(tmp_path):

@@ -61,6 +61,12 @@ def test_a_dynamic_tree_is_grown_as_deep_as_each_drafter_goes_and_a_deeper_stati
   assert trees == {"medusa": TunedTree(16, 4, 4, "top_k"), "feature_head": TunedTree(16, 8, 4, "top_k")}
   trees = {x.method: x.tree for x in plan(validate_config(c), {"medusa": 4}, {"medusa": 1}) if x.tree is not None}
   assert set(trees) == {"feature_head"}   # 16 nodes do not fit 1 level of 4 ranks
+  c.tree_kind = "fastest"
+  trees = {x.method: x.tree for x in plan(validate_config(c), {"medusa": 4}, {"medusa": 4}) if x.tree is not None}
+  assert trees == {"medusa": TunedTree(16, 4, 4, "top_k", True), "feature_head": TunedTree(16, 8, 4, "top_k", True)}
+  settings = dict(c.to_dict(), tree_per_category="yes")   # a ConfigDict keeps its types; a plain dict need not
+  with pytest.raises(ValueError, match="tree_per_category must be True or False"):
+    validate_config(settings)
 
 
 def test_heads_need_a_trained_directory(tmp_path):

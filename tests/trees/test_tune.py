@@ -53,6 +53,16 @@ def test_a_tuned_tree_expects_the_most_and_decodes_exactly(target):
   assert spec.tokens == ar.tokens
 
 
+def test_calibration_at_the_decoding_batch_averages_each_calls_table(target):
+  """batch_size=1: one call a prompt, each table entry the mean over the calls that measured it."""
+  draft = drafters.DraftModel(specjax.init_model(TARGET_CONFIG, seed=11))
+  settings = dict(depth=2, width=2, max_new_tokens=12, sampling=GREEDY, stop_at_eos=False)
+  singles = [tune.measure_acceptance(target, draft, [prompt], **settings) for prompt in PROMPTS]
+  assert tune.measure_acceptance(target, draft, PROMPTS, batch_size=1, **settings) == tune.mean_tables(singles)
+  assert tune.mean_tables([[[1.0, None]], [[0.5, None]], [[None, 0.25]]]) == [[0.75, 0.25]]
+  assert tune.mean_tables([[[None, None]]]) == [[None, None]]
+
+
 def test_a_comb_deeper_than_the_drafter_is_refused(target):
   heads = MedusaHeads.create(target, MedusaConfig.for_target(target.config, n_heads=2))
   with pytest.raises(ValueError, match="MedusaHeads drafts at most 2"):
