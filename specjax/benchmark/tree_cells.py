@@ -16,12 +16,12 @@ VERIFY_POINTS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48)   # tree sizes whose v
 
 def tune_trees(cells, target, drafters, c, encode, progress=True):
   """The run's (cell, category) units, each "tuned" tree cell with its method's static tree (`specjax.trees.tune`):
-  the acceptance per depth and rank is measured once per method, depth, width and temperature with a comb tree on
-  config.tree_calibration_prompts prompts per category, those after the measured ones (`encode`: a prompt's text
-  to token ids); with config.tree_per_category, per category on that category's. A "fastest" cell takes instead
-  the tree of at most N nodes that is fastest at that acceptance and this machine's round costs, measured here
-  (`fastest_tree`). Returns the units and, per (method, k, temperature, category) of a tuned cell, what it was
-  tuned on."""
+  the acceptance per depth and rank is measured once per method, depth, width, temperature and batch size (at that
+  batch) with a comb tree on config.tree_calibration_prompts prompts per category, those after the measured ones
+  (`encode`: a prompt's text to token ids); with config.tree_per_category, per category on that category's. A
+  "fastest" cell takes instead the tree of at most N nodes that is fastest at that acceptance and this machine's
+  round costs, measured here (`fastest_tree`). Returns the units and, per (method, k, temperature, category) of a
+  tuned cell, what it was tuned on."""
   tables, tuning, units, machine = {}, {}, [], {}
   groups = [(cat,) for cat in c["categories"]] if c["tree_per_category"] else [tuple(c["categories"])]
   for cell in cells:
@@ -30,24 +30,25 @@ def tune_trees(cells, target, drafters, c, encode, progress=True):
       units += [(cell, cat) for cat in c["categories"]]
       continue
     by_category = {}
+    run = dict(max_new_tokens=c["max_new_tokens"], sampling=cell.sampling, seed=c["seed"],
+               stop_at_eos=c["stop_at_eos"])   # the calibration's generation settings
     for group in groups:
       key = (cell.method, spec.depth, spec.width, spec.branching, cell.temperature, cell.batch_size, group)
       prompts = [encode(p["prompt"]) for cat in group
                  for p in tasks.select(cat, c["tree_calibration_prompts"], skip=c["prompts_per_category"])]
-      comb = dict(depth=spec.depth, width=spec.width, max_new_tokens=c["max_new_tokens"], branching=spec.branching,
-                  sampling=cell.sampling, seed=c["seed"], stop_at_eos=c["stop_at_eos"])
       if key not in tables:
         if progress:
           print(f"tuning {cell.method}'s static trees: a comb {spec.depth} deep and {spec.width} wide over "
                 f"{len(prompts)} calibration prompts ({', '.join(group)})", flush=True)
-        tables[key] = tune.measure_acceptance(target, drafters[cell.method], prompts, batch_size=cell.batch_size,
-                                              **comb)
+        tables[key] = tune.measure_acceptance(target, drafters[cell.method], prompts, depth=spec.depth,
+                                              width=spec.width, branching=spec.branching,
+                                              batch_size=cell.batch_size, **run)
       record = {"acceptance_by_depth_and_rank": tables[key], "comb": {"depth": spec.depth, "width": spec.width},
                 "categories": list(group), "prompts_per_category": c["tree_calibration_prompts"],
                 "skipped_per_category": c["prompts_per_category"]}
       if spec.fastest:
         choice, record["fastest"] = fastest_tree(target, drafters[cell.method], cell.method, spec, tables[key],
-                                                 prompts, comb, c, machine, progress)
+                                                 prompts, run, c, machine, progress)
         tree = choice.tree
       else:
         tree = tune.tuned_tree(spec.n_nodes, tables[key], spec.depth, spec.branching)
@@ -58,11 +59,12 @@ def tune_trees(cells, target, drafters, c, encode, progress=True):
   return units, tuning
 
 
-def fastest_tree(target, drafter, method: str, spec, table, prompts, comb: dict, c, machine: dict, progress=True):
+def fastest_tree(target, drafter, method: str, spec, table, prompts, run: dict, c, machine: dict, progress=True):
   """(TreeChoice, record): the tree of at most spec.n_nodes nodes and spec.depth levels with the most expected
   tokens per unit of round cost at the measured acceptance `table`, its cost measured here: the target's
   verification curve and `method`'s call over 1-8 rows (once a run, kept in `machine`), and the rest of a round as
-  the residual of a warm round of a chain of min(4, depth) on the first calibration prompt."""
+  the residual of a warm round of a chain of min(4, depth) on the first calibration prompt (generated with `run`,
+  the calibration's settings)."""
   filled = int(np.mean([len(p) for p in prompts])) + c["max_new_tokens"] // 2
   calls = max(c["paired_verify_calls"], 20)
   if progress:
@@ -77,7 +79,6 @@ def fastest_tree(target, drafter, method: str, spec, table, prompts, comb: dict,
     machine["draft", method] = round_costs.draft_costs(target, drafter, filled=filled, calls=calls)
   draft = machine["draft", method]
   chain = StaticTree.chain(min(4, spec.depth), spec.branching)
-  run = {k: v for k, v in comb.items() if k not in ("depth", "width", "branching")}
   for _ in range(2):   # batch 1, as the costs above; the first call compiles
     timed = generate(target, prompts[:1], drafter=drafter, tree=chain, **run)
   cost = round_costs.round_cost(round_costs.never_cheaper(verify), draft, chain,
