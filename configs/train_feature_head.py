@@ -32,14 +32,18 @@ def get_config():
                   task_prompts=0,
                   # ... and to everyday prose prompts (messages, why-and-how questions, stories, tips), e.g. 2400
                   everyday_prompts=0,
+                  # ... and to passages of 120-450 words (docstring runs, Wikipedia leads), packed apart to
+                  # long_seq_len: the benchmark's long-context length, past seq_len; e.g. 480
+                  long_passage_prompts=0, long_seq_len=832,
                   # "bfloat16": the feature pass's large products on bfloat16 operands, 2x on an AMX CPU
                   feature_gemm="float32")
   # Shared optimisation settings; each drafter's own `train` entry below overrides them for that drafter.
   # on_policy_repeats: each of the target's own answers comes this many times an epoch (weighted up against text).
   # bf16_gemm: the step's large products on bfloat16 operands, float32 sums (1.6x a feature-head step on AMX).
+  # long_every: every N-th step reads long_batch_size rows of the long passages' answers instead (0: never).
   c.train = dict(steps=300, batch_size=4, learning_rate=1e-3, warmup_steps=30, end_lr_fraction=0.1,
                  weight_decay=0.01, clip_norm=1.0, seed=0, checkpoint_every=50, keep_checkpoints=2, log_every=10,
-                 eval_every=100, on_policy_repeats=1, bf16_gemm=False)
+                 eval_every=100, on_policy_repeats=1, bf16_gemm=False, long_every=0, long_batch_size=2)
   c.eval = dict(categories=("prose", "code"), prompts_per_category=10, max_new_tokens=64, k=4)
   # feature_layers () = low, middle, high (2, n/2, n-3); draft_vocab_size: the most frequent corpus tokens the
   # head proposes among (0 = all); ttt_steps: draft steps unrolled in training (training-time test); n_layers:

@@ -27,7 +27,6 @@ import specjax  # noqa: E402
 from specjax.benchmark import tasks  # noqa: E402
 from specjax.benchmark.placement import core_round_trip_us, placement  # noqa: E402
 from specjax.benchmark import round_costs  # noqa: E402
-from specjax.benchmark.verify_cost import paired_verify_cost  # noqa: E402
 from specjax.cli import drafter_from_config, model_from_source  # noqa: E402
 from specjax.trees import StaticTree, tune  # noqa: E402
 from specjax.trees.fastest import MeasuredRoundCost, ranked_choices  # noqa: E402
@@ -55,15 +54,18 @@ def measure(args) -> dict:
   prompts = {cat: [p["prompt"] for p in tasks.select(cat, args.prompts)] for cat in CATEGORIES}
   run = {"machine": platform.platform(), "cpu": platform.processor() or platform.machine(), "filled": args.filled,
          "calls": args.calls, "depth": args.depth, "width": args.width, "prompts": args.prompts}
-  verify, run["placements"] = {1: 1.0}, {}
-  for n in args.nodes:
-    tree = StaticTree.balanced(n, width=min(args.width, n))
+  run["placements"] = {}
+
+  def with_placement(positions, measure):
     before = placement(core_round_trip_us())
-    verify[n + 1] = paired_verify_cost(target, batch=1, k=n, filled=args.filled, cache_size=args.filled + 64,
-                                       calls=args.calls, tree=tree)["ratio"]
-    run["placements"][n + 1] = [before, placement(core_round_trip_us())]   # the host's vCPU placement (s54)
-    print(f"verify {n + 1} positions: {verify[n + 1]:.3f} steps ({run['placements'][n + 1]})", flush=True)
-  run["verify_by_positions"] = verify
+    ratio = measure()
+    run["placements"][positions] = [before, placement(core_round_trip_us())]   # the host's vCPU placement (s54)
+    print(f"verify {positions} positions: {ratio:.3f} steps ({run['placements'][positions]})", flush=True)
+    return ratio
+
+  run["verify_by_positions"] = round_costs.verify_curve(target, args.nodes, width=args.width, filled=args.filled,
+                                                        cache_size=args.filled + 64, calls=args.calls,
+                                                        each=with_placement)
   run["draft_step"], run["draft_by_width"], step_ms = {}, {}, []
   for name, drafter in drafters.items():
     draft = round_costs.draft_costs(target, drafter, filled=args.filled, calls=args.calls)

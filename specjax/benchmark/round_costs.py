@@ -62,14 +62,16 @@ def draft_level(drafter, rows: int, filled: int, repeats: int = LEVEL_REPEATS):
   return lambda: calls(params)
 
 
-def verify_curve(target, nodes, *, width: int, filled: int, cache_size: int, calls: int) -> dict:
+def verify_curve(target, nodes, *, width: int, filled: int, cache_size: int, calls: int,
+                 each=lambda positions, measure: measure()) -> dict:
   """{positions: verification / step}: the target's paired call over a balanced tree of each N in `nodes` (at
-  most `width` children a node) and its root, against its one-position step (`paired_verify_cost`)."""
+  most `width` children a node) and its root, against its one-position step (`paired_verify_cost`); `each(positions,
+  measure)` runs each point's `measure()` and returns its ratio (a caller's hook around it)."""
   curve = {1: 1.0}
   for n in sorted(set(nodes)):
     tree = StaticTree.balanced(n, width=min(width, n))
-    curve[n + 1] = paired_verify_cost(target, batch=1, k=n, filled=filled, cache_size=cache_size, calls=calls,
-                                      tree=tree)["ratio"]
+    curve[n + 1] = each(n + 1, lambda: paired_verify_cost(target, batch=1, k=n, filled=filled, cache_size=cache_size,
+                                                          calls=calls, tree=tree)["ratio"])
   return curve
 
 

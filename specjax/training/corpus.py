@@ -40,16 +40,32 @@ class CorpusConfig:
   passage_prompts: int = 0         # on-policy answers to passage + instruction prompts (`specjax.training.passages`)
   task_prompts: int = 0            # ... and to prose, code and JSON/CSV tasks made from packaged text (`task_prompts`)
   everyday_prompts: int = 0        # ... and to everyday prose prompts (messages, questions, stories: `everyday`)
+  # the target's answers to passages as long as the benchmark's long-context ones (`passages.long_passage_prompts`),
+  # packed apart to long_seq_len tokens: `build_corpus` returns them as the corpus's `long` part (when long_seq_len
+  # equals seq_len, they join the other rows)
+  long_passage_prompts: int = 0
+  long_seq_len: int = 832
   # "bfloat16": the feature pass's prefill-shaped products take bfloat16 operands (float32 accumulation), 2x on an
   # AMX CPU, features about 1% off the float32 target's (docs/results.md section 48)
   feature_gemm: str = "float32"
 
   def __post_init__(self):
-    for field in ("passage_prompts", "task_prompts", "everyday_prompts"):
+    for field in ("passage_prompts", "task_prompts", "everyday_prompts", "long_passage_prompts"):
       if getattr(self, field) < 0:
         raise ValueError(f"{field} must be >= 0, got {getattr(self, field)}")
     if self.feature_gemm not in FEATURE_GEMMS:
       raise ValueError(f"feature_gemm must be one of {list(FEATURE_GEMMS)}, got {self.feature_gemm!r}")
+    if self.long_passage_prompts and self.long_seq_len < self.seq_len:
+      raise ValueError(f"long_seq_len ({self.long_seq_len}) must be at least seq_len ({self.seq_len}): the long part "
+                       "holds what does not fit a seq_len row")
+
+  def parts(self) -> tuple["CorpusConfig", "CorpusConfig | None"]:
+    """(the corpus of seq_len rows, the long part's: only the long passages' answers at long_seq_len, or None)."""
+    if not self.long_passage_prompts or self.long_seq_len == self.seq_len:
+      return self, None
+    long = dataclasses.replace(self, seq_len=self.long_seq_len, n_prompts=0, stdlib_sequences=0, text_sequences=0,
+                               passage_prompts=0, task_prompts=0, everyday_prompts=0)
+    return dataclasses.replace(self, long_passage_prompts=0), long
 
 
 def on_policy_ids(target: Model, prompts: list[str], config: CorpusConfig) -> list[list[int]]:
@@ -176,9 +192,10 @@ def generated_tokens(target: Model, config: CorpusConfig, prompts: list[str] | N
 def answer_sets(config: CorpusConfig) -> list[tuple[str, list[str]]]:
   """The prompt sets the target answers (on-policy rows), in corpus order, each named for its cache file: the pool,
   then `passage_prompts` (`specjax.training.passages`), then `task_prompts` (`specjax.training.task_prompts`), then
-  `everyday_prompts` (`specjax.training.everyday`)."""
+  `everyday_prompts` (`specjax.training.everyday`), then `long_passage_prompts` (in the long part only,
+  `CorpusConfig.parts`)."""
   from specjax.training.everyday import everyday_prompts
-  from specjax.training.passages import passage_prompts  # passages.py reads this module's docstrings
+  from specjax.training.passages import long_passage_prompts, passage_prompts  # passages.py reads this module
   from specjax.training.task_prompts import task_prompts
   sets = [("generated", pool_prompts(config))]
   if config.passage_prompts:
@@ -187,6 +204,8 @@ def answer_sets(config: CorpusConfig) -> list[tuple[str, list[str]]]:
     sets.append(("tasks", task_prompts(config.task_prompts, config.seed)))
   if config.everyday_prompts:
     sets.append(("everyday", everyday_prompts(config.everyday_prompts, config.seed)))
+  if config.long_passage_prompts:
+    sets.append(("long-passages", long_passage_prompts(config.long_passage_prompts, config.seed)))
   return sets
 
 

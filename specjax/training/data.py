@@ -32,6 +32,7 @@ class Corpus:
   layer_ids: tuple
   heldout: np.ndarray       # [N] bool
   on_policy: np.ndarray     # [N] bool, text the target generated (else standard-library text)
+  long: "Corpus | None" = None  # rows of a longer length (`CorpusConfig.long_passage_prompts`), batched apart
 
   @property
   def train_rows(self) -> np.ndarray:
@@ -163,12 +164,18 @@ def _generation(target: Model, config: CorpusConfig, name: str, prompts: list[st
 
 def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: str = "") -> Corpus:
   """The corpus for `target`, from `cache_dir` when it was made before (the generated text, the whole token set and
-  the target's features are cached apart: a config that changes only the other text does not regenerate)."""
+  the target's features are cached apart: a config that changes only the other text does not regenerate); with
+  long passages, their rows are its `long` corpus, cached as a corpus of their own."""
+  main, long = config.parts()
+  if long is not None:
+    return dataclasses.replace(build_corpus(target, main, layer_ids, cache_dir),
+                               long=build_corpus(target, long, layer_ids, cache_dir))
   layer_ids = tuple(sorted(set(layer_ids)))
   fields = dataclasses.asdict(config)
-  for field, default in (("passage_prompts", 0), ("task_prompts", 0), ("everyday_prompts", 0),
-                         ("feature_gemm", "float32")):
-    if fields[field] == default:  # a field added later keys the cache only when set: older caches stay valid
+  defaults = {f.name: f.default for f in dataclasses.fields(CorpusConfig)}
+  for field in ("passage_prompts", "task_prompts", "everyday_prompts", "feature_gemm", "long_passage_prompts",
+                "long_seq_len"):
+    if fields[field] == defaults[field]:  # a field added later keys the cache only when set: older caches stay valid
       del fields[field]
   pool = pool_prompts(config)
   tokens_key = _key(target_fingerprint(target), fields, pool)

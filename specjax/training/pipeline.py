@@ -66,7 +66,9 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations,
              "acceptance_before": before["all"], "acceptance_after": after["all"],
              "acceptance_before_by_category": before, "acceptance_after_by_category": after,
              "train_steps": train_config.steps, "train_time_s": train_s, "drafter_dir": export_dir,
-             "corpus_sequences": int(len(corpus.tokens)), "corpus_tokens": int(corpus.mask.sum()), "timings": timings,
+             "corpus_sequences": int(len(corpus.tokens)), "corpus_tokens": int(corpus.mask.sum()),
+             "corpus_long_sequences": int(len(corpus.long.tokens)) if corpus.long is not None else 0,
+             "corpus_long_tokens": int(corpus.long.mask.sum()) if corpus.long is not None else 0, "timings": timings,
              "teacher_forced_on_eval_prompts": on_prompts, **heldout}
   write_json(os.path.join(out, "metrics.json"), metrics)
   write_curves(os.path.join(out, "metrics.jsonl"), os.path.join(out, "curves.png"),

@@ -21,6 +21,10 @@ def test_verify_curve_times_each_tree_size(target):
   curve = round_costs.verify_curve(target, (3, 1), width=2, filled=20, cache_size=64, calls=2)
   assert sorted(curve) == [1, 2, 4] and curve[1] == 1.0
   assert all(ratio > 0 for ratio in curve.values())
+  seen = []
+  hooked = round_costs.verify_curve(target, (1,), width=2, filled=20, cache_size=64, calls=2,
+                                    each=lambda positions, measure: seen.append((positions, measure())) or 7.0)
+  assert hooked == {1: 1.0, 2: 7.0} and [p for p, _ in seen] == [2] and seen[0][1] > 0
 
 
 @pytest.mark.parametrize("make", [lambda t: drafters.DraftModel(t), lambda t: FeatureHead.create(t)],

@@ -8,6 +8,7 @@ import pytest
 
 from specjax.training import corpus as corpus_module
 from specjax.training import everyday as everyday_module
+from specjax.training import passages as passages_module
 from specjax.training import task_prompts as task_prompts_module
 from specjax.training.data import build_corpus
 from specjax.training.passages import passage_prompts
@@ -121,3 +122,38 @@ def test_bf16_gemm_features_are_their_own_store_near_the_float32_ones(peaked_tar
 def test_an_unknown_feature_gemm_is_refused(tiny_corpus_config):
   with pytest.raises(ValueError, match="feature_gemm must be one of"):
     dataclasses.replace(tiny_corpus_config, feature_gemm="float16")
+
+
+def test_long_passage_answers_are_a_long_part_and_the_rest_is_unchanged(peaked_target, tiny_corpus_config, tmp_path,
+                                                                         monkeypatch):
+  """`long_passage_prompts`: their answers are packed to long_seq_len as the corpus's `long` part (its own cache and
+  feature store), and the corpus of seq_len rows is the one made without them, from the cache."""
+  prompts = ["A passage about a river and a mill. It is long.\n\nSummarize the passage above.",
+             "A passage about a harbour. It has ships.\n\nCopy the opening sentence of the passage above."]
+  monkeypatch.setattr(passages_module, "long_passage_prompts", lambda n, seed: prompts[:n])
+  plain = build_corpus(peaked_target, tiny_corpus_config, layer_ids=(1,), cache_dir=str(tmp_path))
+  answered = []
+  real = corpus_module.on_policy_ids
+  monkeypatch.setattr(corpus_module, "on_policy_ids",
+                      lambda target, prompts, config: answered.append((prompts, config.seq_len))
+                      or real(target, prompts, config))
+  config = dataclasses.replace(tiny_corpus_config, long_passage_prompts=2, long_seq_len=96)
+  both = build_corpus(peaked_target, config, layer_ids=(1,), cache_dir=str(tmp_path))
+  assert answered == [(prompts, 96)]
+  np.testing.assert_array_equal(both.tokens, plain.tokens)
+  np.testing.assert_array_equal(np.asarray(both.layers), np.asarray(plain.layers))
+  long = both.long
+  assert long.tokens.shape == (2, 96) and long.on_policy.all() and long.long is None
+  assert np.asarray(long.layers).shape[:2] == (2, 96) and long.layer_ids == (1,)
+  assert long.mask.sum(axis=1).min() > tiny_corpus_config.seq_len // 2  # the prompt and answer kept whole
+  answered.clear()
+  again = build_corpus(peaked_target, config, layer_ids=(1,), cache_dir=str(tmp_path))
+  assert answered == []
+  np.testing.assert_array_equal(again.long.tokens, long.tokens)
+  same_length = build_corpus(peaked_target, dataclasses.replace(config, long_seq_len=tiny_corpus_config.seq_len),
+                             layer_ids=(1,), cache_dir=str(tmp_path))
+  assert same_length.long is None and int(same_length.on_policy.sum()) == tiny_corpus_config.n_prompts + 2
+  with pytest.raises(ValueError, match="long_seq_len \\(32\\) must be at least seq_len \\(48\\)"):
+    dataclasses.replace(config, long_seq_len=32)
+  with pytest.raises(ValueError, match="long_passage_prompts must be >= 0"):
+    dataclasses.replace(config, long_passage_prompts=-1)

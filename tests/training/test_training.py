@@ -1,5 +1,6 @@
 """Training lowers the held-out KL for every trainable drafter; checkpoints resume exactly and refuse bad input."""
 
+import dataclasses
 import json
 import os
 
@@ -8,6 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from specjax.training.data import build_corpus
 from specjax.training.recipes import make_objective
 from specjax.training.trainer import TrainConfig, heldout_loss, train
 
@@ -117,3 +119,44 @@ def test_bf16_gemm_steps_train_as_the_float32_ones_do(peaked_target, tiny_corpus
   assert abs(fast_after["heldout_kl"] - exact_after["heldout_kl"]) < 0.1 * exact_after["heldout_kl"]
   with pytest.raises(ValueError, match="different run.*train"):
     train(objective, tiny_corpus, bf16, str(tmp_path / "float32"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def with_long_part(peaked_target, tiny_corpus, tiny_corpus_config):
+  """The tiny corpus with a long part: rows of 96 tokens (on-policy text and docstrings, as rows of another length)."""
+  long = build_corpus(peaked_target, dataclasses.replace(tiny_corpus_config, n_prompts=4, stdlib_sequences=8, seq_len=96),
+                      layer_ids=(0, 1, 2))
+  return dataclasses.replace(tiny_corpus, long=long)
+
+
+def test_every_long_every_th_step_reads_the_long_part(with_long_part):
+  config = TrainConfig(batch_size=4, long_every=3, long_batch_size=2)
+  rows, long_rows = with_long_part.epoch_rows(), with_long_part.long.epoch_rows()
+  shapes = [config.step_batch(with_long_part, rows, long_rows, step, (1,))["tokens"].shape for step in range(6)]
+  assert shapes == [(4, 48), (4, 48), (2, 96), (4, 48), (4, 48), (2, 96)]
+  for bad in (dict(long_every=-1), dict(long_batch_size=0)):
+    with pytest.raises(ValueError, match="long_every must be >= 0 and long_batch_size >= 1"):
+      TrainConfig(**bad)
+
+
+def test_training_with_the_long_part_resumes_exactly_and_reports_it(peaked_target, tiny_corpus, with_long_part,
+                                                                     tmp_path):
+  config = TrainConfig(steps=7, batch_size=4, learning_rate=1e-2, warmup_steps=2, checkpoint_every=2, log_every=1,
+                       long_every=2)
+  objective = make_objective("feature_head", peaked_target, SETTINGS.feature_head, tiny_corpus)
+  whole, final = train(objective, with_long_part, config, str(tmp_path / "whole"), progress=False)
+  assert {"heldout_kl", "heldout_long_kl", "heldout_long_loss"} <= set(final)
+  assert {k for k in final if k.startswith("heldout_long_")} == {k.replace("heldout_", "heldout_long_") for k in final
+                                                                  if not k.startswith("heldout_long_")}
+  train(objective, with_long_part, config, str(tmp_path / "parts"), stop_after=5, progress=False)
+  resumed, _ = train(objective, with_long_part, config, str(tmp_path / "parts"), progress=False)
+  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  plain, _ = train(objective, with_long_part, dataclasses.replace(config, long_every=0), str(tmp_path / "plain"),
+                   progress=False)
+  assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+             for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(plain)))
+  with pytest.raises(ValueError, match="different run.*train"):
+    train(objective, with_long_part, config, str(tmp_path / "plain"), progress=False)
+  with pytest.raises(ValueError, match="long_every asks for batches of the corpus's long part, but it has none"):
+    train(objective, tiny_corpus, config, str(tmp_path / "none"), progress=False)
