@@ -68,6 +68,18 @@ class CorpusConfig:
     return dataclasses.replace(self, long_passage_prompts=0), long
 
 
+# Fields added after corpus caches and training runs were first made: each keys a cache or describes a run only when
+# set, so the older ones stay valid.
+LATER_FIELDS = ("passage_prompts", "task_prompts", "everyday_prompts", "feature_gemm", "long_passage_prompts",
+                "long_seq_len")
+
+
+def described(fields: dict) -> dict:
+  """A corpus config's fields as caches and runs are keyed by: the `LATER_FIELDS` left out where at their default."""
+  defaults = {f.name: f.default for f in dataclasses.fields(CorpusConfig)}
+  return {k: v for k, v in fields.items() if k not in LATER_FIELDS or v != defaults[k]}
+
+
 def on_policy_ids(target: Model, prompts: list[str], config: CorpusConfig) -> list[list[int]]:
   """prompt + the target's own continuation, token ids per prompt (chat template when there is a tokenizer; without
   one, bytes, of which a prompt too long for the target's context with the answer keeps its end)."""

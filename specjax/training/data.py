@@ -17,8 +17,8 @@ import tqdm
 from specjax.engine import features_program
 from specjax.model import Model
 from specjax.spec import TargetSpec
-from specjax.training.corpus import (GENERATION_FIELDS, CorpusConfig, answer_sets, corpus_tokens, generated_tokens,
-                                     pool_prompts)
+from specjax.training.corpus import (GENERATION_FIELDS, CorpusConfig, answer_sets, corpus_tokens, described,
+                                     generated_tokens, pool_prompts)
 from specjax.training.feature_store import (Donor, forward_rows, open_store, read_layout, report_rate, store_dir,
                                             store_key, stores_of, write_store)
 
@@ -171,12 +171,7 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
     return dataclasses.replace(build_corpus(target, main, layer_ids, cache_dir),
                                long=build_corpus(target, long, layer_ids, cache_dir))
   layer_ids = tuple(sorted(set(layer_ids)))
-  fields = dataclasses.asdict(config)
-  defaults = {f.name: f.default for f in dataclasses.fields(CorpusConfig)}
-  for field in ("passage_prompts", "task_prompts", "everyday_prompts", "feature_gemm", "long_passage_prompts",
-                "long_seq_len"):
-    if fields[field] == defaults[field]:  # a field added later keys the cache only when set: older caches stay valid
-      del fields[field]
+  fields = described(dataclasses.asdict(config))
   pool = pool_prompts(config)
   tokens_key = _key(target_fingerprint(target), fields, pool)
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""

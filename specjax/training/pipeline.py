@@ -13,7 +13,7 @@ from specjax.drafters import registry
 from specjax.memory import GiB, peak_resident_bytes
 from specjax.model import Model
 from specjax.training.acceptance import greedy_continuations, heldout_prompts, teacher_forced, tokens_per_round
-from specjax.training.corpus import CorpusConfig
+from specjax.training.corpus import CorpusConfig, described
 from specjax.training.curves import write_curves
 from specjax.training.data import Corpus, build_corpus
 from specjax.training.recipes import layers_needed, make_objective
@@ -52,7 +52,7 @@ def train_kind(kind: str, target: Model, corpus: Corpus, prompts, continuations,
     write_json(before_path, before)
   timings["acceptance_before_s"] = time.perf_counter() - began
   began = time.perf_counter()
-  run = {"settings": settings.to_dict(), "corpus": config.corpus.to_dict(), "model": config.model}
+  run = {"settings": settings.to_dict(), "corpus": described(config.corpus.to_dict()), "model": config.model}
   trained, heldout = train(objective, corpus, train_config, out, run=json.loads(json.dumps(run, default=list)))
   train_s = time.perf_counter() - began
   drafter = objective.drafter(trained)

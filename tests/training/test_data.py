@@ -157,3 +157,14 @@ def test_long_passage_answers_are_a_long_part_and_the_rest_is_unchanged(peaked_t
     dataclasses.replace(config, long_seq_len=32)
   with pytest.raises(ValueError, match="long_passage_prompts must be >= 0"):
     dataclasses.replace(config, long_passage_prompts=-1)
+
+
+def test_fields_added_later_key_caches_and_runs_only_when_set(tiny_corpus_config):
+  """`described`: the corpus cache key and a training run's description leave out a later field at its default, so
+  caches and checkpoints made before it existed stay valid; set, it is kept."""
+  fields = dataclasses.asdict(tiny_corpus_config)
+  plain = corpus_module.described(fields)
+  assert not set(corpus_module.LATER_FIELDS) & set(plain)
+  assert {k: v for k, v in fields.items() if k not in corpus_module.LATER_FIELDS} == plain
+  set_ = corpus_module.described(dict(fields, long_passage_prompts=8, feature_gemm="bfloat16"))
+  assert set_ == dict(plain, long_passage_prompts=8, feature_gemm="bfloat16")
