@@ -2,6 +2,8 @@
 choice, `specjax.trees.fastest`): the target's verification of N + 1 positions against its one-position step, a
 drafter's call over w rows against that step, and the rest of a round as the residual of a timed round."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -115,5 +117,4 @@ def round_cost(verify_by_positions: dict, draft: dict, timed_tree=None, timed_ro
                            draft_by_width=draft["draft_by_width"])
   if timed_tree is None:
     return cost
-  overhead = max(timed_round_ms / draft["step_ms"] - cost(timed_tree), 0.0)
-  return MeasuredRoundCost(cost.verify_by_positions, cost.draft_step, cost.draft_by_width, overhead)
+  return dataclasses.replace(cost, overhead=max(timed_round_ms / draft["step_ms"] - cost(timed_tree), 0.0))

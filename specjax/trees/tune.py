@@ -16,24 +16,17 @@ def comb(depth: int, width: int, branching: str = "top_k") -> StaticTree:
   return StaticTree(tuple((0,) * d + (r,) for d in range(depth) for r in range(width)), branching)
 
 
-def comb_run(target, drafter, prompts, *, depth: int, width: int, max_new_tokens: int, branching: str = "top_k",
-             **generate_kwargs):
-  """`specjax.generate` from `prompts` with `comb(depth, width)` trees (its other arguments pass through): its
-  stats hold the drafter's acceptance per depth and sibling rank, and its time a round of the comb."""
-  from specjax.generate import generate
-  return generate(target, prompts, drafter=drafter, tree=comb(depth, width, branching),
-                  max_new_tokens=max_new_tokens, **generate_kwargs)
-
-
 def measure_acceptance(target, drafter, prompts, *, depth: int, width: int, max_new_tokens: int,
                        branching: str = "top_k", batch_size: int = 0, **generate_kwargs) -> list[list[float | None]]:
   """The drafter's acceptance per depth (rows, depth 1 first) and sibling rank (columns), measured by generating
-  from `prompts` with `comb(depth, width)` trees (`comb_run`). With batch_size, `batch_size` prompts a call, the
-  calls' tables averaged entry by entry: a drafter's numerics may follow its row count (q4's kernel rounds 1-4 rows
-  to int8, more rows run in float and draft the target's own tokens), so calibrate at the batch that decodes."""
+  from `prompts` with `comb(depth, width)` trees (`specjax.generate`'s other arguments pass through). With
+  batch_size, `batch_size` prompts a call, the calls' tables averaged entry by entry: a drafter's numerics may
+  follow its row count (q4's kernel rounds 1-4 rows to int8, more rows run in float and draft the target's own
+  tokens), so calibrate at the batch that decodes."""
+  from specjax.generate import generate
   size = batch_size or len(prompts)
-  tables = [comb_run(target, drafter, prompts[i:i + size], depth=depth, width=width, max_new_tokens=max_new_tokens,
-                     branching=branching, **generate_kwargs).stats.acceptance_by_depth_and_rank
+  tables = [generate(target, prompts[i:i + size], drafter=drafter, tree=comb(depth, width, branching),
+                     max_new_tokens=max_new_tokens, **generate_kwargs).stats.acceptance_by_depth_and_rank
             for i in range(0, len(prompts), size)]
   return mean_tables(tables)
 
