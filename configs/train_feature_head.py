@@ -32,6 +32,8 @@ def get_config():
                   task_prompts=0,
                   # ... and to everyday prose prompts (messages, why-and-how questions, stories, tips), e.g. 2400
                   everyday_prompts=0,
+                  # ... and to requests the target writes itself from its chat template (Magpie), e.g. 2400
+                  self_prompts=0,
                   # ... and to passages of 120-450 words (docstring runs, Wikipedia leads), packed apart to
                   # long_seq_len: the benchmark's long-context length, past seq_len; e.g. 480
                   long_passage_prompts=0, long_seq_len=832,

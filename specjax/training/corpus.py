@@ -40,6 +40,7 @@ class CorpusConfig:
   passage_prompts: int = 0         # on-policy answers to passage + instruction prompts (`specjax.training.passages`)
   task_prompts: int = 0            # ... and to prose, code and JSON/CSV tasks made from packaged text (`task_prompts`)
   everyday_prompts: int = 0        # ... and to everyday prose prompts (messages, questions, stories: `everyday`)
+  self_prompts: int = 0            # ... and to requests the target writes itself (Magpie: `self_prompts`)
   # the target's answers to passages as long as the benchmark's long-context ones (`passages.long_passage_prompts`),
   # packed apart to long_seq_len tokens: `build_corpus` returns them as the corpus's `long` part (when long_seq_len
   # equals seq_len, they join the other rows)
@@ -50,7 +51,7 @@ class CorpusConfig:
   feature_gemm: str = "float32"
 
   def __post_init__(self):
-    for field in ("passage_prompts", "task_prompts", "everyday_prompts", "long_passage_prompts"):
+    for field in ("passage_prompts", "task_prompts", "everyday_prompts", "self_prompts", "long_passage_prompts"):
       if getattr(self, field) < 0:
         raise ValueError(f"{field} must be >= 0, got {getattr(self, field)}")
     if self.feature_gemm not in FEATURE_GEMMS:
@@ -64,14 +65,14 @@ class CorpusConfig:
     if not self.long_passage_prompts or self.long_seq_len == self.seq_len:
       return self, None
     long = dataclasses.replace(self, seq_len=self.long_seq_len, n_prompts=0, stdlib_sequences=0, text_sequences=0,
-                               passage_prompts=0, task_prompts=0, everyday_prompts=0)
+                               passage_prompts=0, task_prompts=0, everyday_prompts=0, self_prompts=0)
     return dataclasses.replace(self, long_passage_prompts=0), long
 
 
 # Fields added after corpus caches and training runs were first made: each keys a cache or describes a run only when
 # set, so the older ones stay valid.
 LATER_FIELDS = ("passage_prompts", "task_prompts", "everyday_prompts", "feature_gemm", "long_passage_prompts",
-                "long_seq_len")
+                "long_seq_len", "self_prompts")
 
 
 def described(fields: dict) -> dict:
@@ -201,13 +202,15 @@ def generated_tokens(target: Model, config: CorpusConfig, prompts: list[str] | N
   return {"tokens": tokens, "mask": mask}
 
 
-def answer_sets(config: CorpusConfig) -> list[tuple[str, list[str]]]:
+def answer_sets(config: CorpusConfig, target: Model | None = None,
+                self_prompts_path: str = "") -> list[tuple[str, list[str]]]:
   """The prompt sets the target answers (on-policy rows), in corpus order, each named for its cache file: the pool,
   then `passage_prompts` (`specjax.training.passages`), then `task_prompts` (`specjax.training.task_prompts`), then
-  `everyday_prompts` (`specjax.training.everyday`), then `long_passage_prompts` (in the long part only,
-  `CorpusConfig.parts`)."""
+  `everyday_prompts` (`specjax.training.everyday`), then `self_prompts` (the target's own requests, written once
+  into self_prompts_path), then `long_passage_prompts` (in the long part only, `CorpusConfig.parts`)."""
   from specjax.training.everyday import everyday_prompts
   from specjax.training.passages import long_passage_prompts, passage_prompts  # passages.py reads this module
+  from specjax.training.self_prompts import self_prompts
   from specjax.training.task_prompts import task_prompts
   sets = [("generated", pool_prompts(config))]
   if config.passage_prompts:
@@ -216,6 +219,10 @@ def answer_sets(config: CorpusConfig) -> list[tuple[str, list[str]]]:
     sets.append(("tasks", task_prompts(config.task_prompts, config.seed)))
   if config.everyday_prompts:
     sets.append(("everyday", everyday_prompts(config.everyday_prompts, config.seed)))
+  if config.self_prompts:
+    if target is None:
+      raise ValueError("self_prompts: the target writes these prompts; pass it to answer_sets")
+    sets.append(("self", self_prompts(target, config.self_prompts, config.seed, self_prompts_path)))
   if config.long_passage_prompts:
     sets.append(("long-passages", long_passage_prompts(config.long_passage_prompts, config.seed)))
   return sets
@@ -225,7 +232,7 @@ def corpus_tokens(target: Model, config: CorpusConfig, answers: list[dict] | Non
   """{"tokens", "mask", "on_policy"} arrays over all sequences (on-policy first, `answer_sets` in order; then standard
   library, then the text corpus); `answers` are `generated_tokens`' outputs for `answer_sets` when made before."""
   if answers is None:
-    answers = [generated_tokens(target, config, prompts) for _, prompts in answer_sets(config)]
+    answers = [generated_tokens(target, config, prompts) for _, prompts in answer_sets(config, target)]
   generated = {name: np.concatenate([a[name] for a in answers]) for name in ("tokens", "mask")}
   library = stdlib_ids(target, config.stdlib_sequences, config.seq_len)
   if config.text_sequences:

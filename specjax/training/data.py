@@ -177,7 +177,9 @@ def build_corpus(target: Model, config: CorpusConfig, layer_ids=(), cache_dir: s
   tokens_path = os.path.join(cache_dir, f"tokens-{tokens_key}.npz") if cache_dir else ""
   text = _load(tokens_path) if tokens_path else None
   if text is None:
-    answers = [_generation(target, config, name, prompts, cache_dir) for name, prompts in answer_sets(config)]
+    written = os.path.join(cache_dir, f"self-prompts-{target_digest(target)}-{config.seed}.json") if cache_dir else ""
+    answers = [_generation(target, config, name, prompts, cache_dir)
+               for name, prompts in answer_sets(config, target, written)]
     text = corpus_tokens(target, config, answers)
   if tokens_path and not os.path.exists(tokens_path):
     _save(tokens_path, text)

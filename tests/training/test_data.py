@@ -9,6 +9,7 @@ import pytest
 from specjax.training import corpus as corpus_module
 from specjax.training import everyday as everyday_module
 from specjax.training import passages as passages_module
+from specjax.training import self_prompts as self_prompts_module
 from specjax.training import task_prompts as task_prompts_module
 from specjax.training.data import build_corpus
 from specjax.training.passages import passage_prompts
@@ -78,13 +79,18 @@ def test_passage_answers_join_the_on_policy_rows_and_the_pool_answers_are_kept(p
   np.testing.assert_array_equal(again.tokens, second.tokens)
 
 
-@pytest.mark.parametrize("module, field", [(task_prompts_module, "task_prompts"), (everyday_module, "everyday_prompts")])
+@pytest.mark.parametrize("module, field", [(task_prompts_module, "task_prompts"), (everyday_module, "everyday_prompts"),
+                                           (self_prompts_module, "self_prompts")])
 def test_prompt_set_answers_follow_the_passage_answers(peaked_target, tiny_corpus_config, tmp_path, monkeypatch,
                                                        module, field):
-  """`task_prompts` and `everyday_prompts` answers join the on-policy rows after the pool's and the passages' (both
-  from the cache)."""
+  """`task_prompts`, `everyday_prompts` and `self_prompts` answers join the on-policy rows after the pool's and the
+  passages' (both from the cache); the target's own requests are written into the cache directory."""
   prompts = ["Write a paragraph about Nigeria.", "Write a short poem about okra."]
-  monkeypatch.setattr(module, field, lambda n, seed: prompts[:n])
+  written = []
+  if field == "self_prompts":
+    monkeypatch.setattr(module, field, lambda target, n, seed, path: written.append(path) or prompts[:n])
+  else:
+    monkeypatch.setattr(module, field, lambda n, seed: prompts[:n])
   corpus = dataclasses.replace(tiny_corpus_config, passage_prompts=2)
   first = build_corpus(peaked_target, corpus, layer_ids=(1,), cache_dir=str(tmp_path))
   prompts_answered = []
@@ -98,6 +104,8 @@ def test_prompt_set_answers_follow_the_passage_answers(peaked_target, tiny_corpu
   assert n == corpus.n_prompts + 2 and int(second.on_policy.sum()) == n + 2 and second.on_policy[:n + 2].all()
   np.testing.assert_array_equal(first.tokens[:n], second.tokens[:n])
   np.testing.assert_array_equal(first.tokens[n:], second.tokens[n + 2:])
+  if field == "self_prompts":
+    assert len(written) == 1 and written[0].startswith(str(tmp_path)) and written[0].endswith(".json")
   with pytest.raises(ValueError, match=f"{field} must be >= 0"):
     dataclasses.replace(corpus, **{field: -1})
 
