@@ -65,9 +65,9 @@ def sample_requests(target: Model, n: int, seed: int = 0, made: list[str] = (), 
   return found, tries
 
 
-def write_prompts(target: Model, n: int, seed: int = 0, **sampling) -> list[str]:
+def write_prompts(target: Model, n: int, seed: int = 0, **options) -> list[str]:
   """n distinct requests sampled from the target (`sample_requests`). Deterministic for a seed."""
-  return sample_requests(target, n, seed, **sampling)[0][:n]
+  return sample_requests(target, n, seed, **options)[0][:n]
 
 
 def self_prompts(target: Model, n: int, seed: int = 0, cache_path: str = "") -> list[str]:
@@ -77,6 +77,8 @@ def self_prompts(target: Model, n: int, seed: int = 0, cache_path: str = "") -> 
   if cache_path and os.path.exists(cache_path):
     with open(cache_path) as f:
       cached = json.load(f)
+    if not isinstance(cached, dict) or not {"requests", "sampled"} <= set(cached):
+      raise ValueError(f"{cache_path} is not a self_prompts cache ({{'requests': [...], 'sampled': N}}): move it away")
     if len(cached["requests"]) >= n:
       return cached["requests"][:n]
   found, sampled = sample_requests(target, n, seed, cached["requests"], cached["sampled"])

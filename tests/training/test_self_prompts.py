@@ -34,6 +34,10 @@ def test_the_cache_is_read_and_continued(smollm2_model, tmp_path):
   assert made[:2] == ["A cached request about boats?"] * 2 and made[2] != made[1]
   cached = json.load(open(path))
   assert cached["requests"][:3] == made and cached["sampled"] == 64
+  with open(path, "w") as f:
+    json.dump(made, f)
+  with pytest.raises(ValueError, match="not a self_prompts cache"):
+    sp.self_prompts(smollm2_model, 2, cache_path=path)
 
 
 def test_usable_drops_unfinished_template_and_benchmark_text():
