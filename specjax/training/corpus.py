@@ -202,8 +202,7 @@ def generated_tokens(target: Model, config: CorpusConfig, prompts: list[str] | N
   return {"tokens": tokens, "mask": mask}
 
 
-def answer_sets(config: CorpusConfig, target: Model | None = None,
-                self_prompts_path: str = "") -> list[tuple[str, list[str]]]:
+def answer_sets(config: CorpusConfig, target: Model, self_prompts_path: str = "") -> list[tuple[str, list[str]]]:
   """The prompt sets the target answers (on-policy rows), in corpus order, each named for its cache file: the pool,
   then `passage_prompts` (`specjax.training.passages`), then `task_prompts` (`specjax.training.task_prompts`), then
   `everyday_prompts` (`specjax.training.everyday`), then `self_prompts` (the target's own requests, written once
@@ -220,8 +219,6 @@ def answer_sets(config: CorpusConfig, target: Model | None = None,
   if config.everyday_prompts:
     sets.append(("everyday", everyday_prompts(config.everyday_prompts, config.seed)))
   if config.self_prompts:
-    if target is None:
-      raise ValueError("self_prompts: the target writes these prompts; pass it to answer_sets")
     sets.append(("self", self_prompts(target, config.self_prompts, config.seed, self_prompts_path)))
   if config.long_passage_prompts:
     sets.append(("long-passages", long_passage_prompts(config.long_passage_prompts, config.seed)))
